@@ -1,0 +1,37 @@
+# The two set-up commands: `make demo` and `make test`. Both build .venv from the project's
+# own files; nothing is installed by hand.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.rollyard-installed
+PACKAGE_FILES := pyproject.toml plugins-codegolf/pyproject.toml plugins-verifiers/pyproject.toml
+
+.PHONY: install demo test test-fast test-sglang bench lint clean
+
+install: $(STAMP)
+
+$(STAMP): $(PACKAGE_FILES) scripts/install.sh
+	PYTHON=$(PYTHON) VENV=$(VENV) bash scripts/install.sh
+	touch $(STAMP)
+
+demo: install
+	$(VENV)/bin/rollyard train
+
+test: install
+	$(PY) -m pytest -q tests
+
+test-fast: install
+	$(PY) -m pytest -q tests -m "not slow"
+
+test-sglang: install
+	bash tests/sglang/run.sh
+
+bench: install
+	for b in benchmarks/*.py; do $(PY) $$b || exit 1; done
+
+lint: install
+	$(VENV)/bin/ruff check core plugins plugins-codegolf plugins-verifiers tests benchmarks
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,26 @@
+"""rollyard: a plugin-based rollout framework for reinforcement learning of language models.
+
+Plugins import only from this module::
+
+    from rollyard import hookimpl, Rollout, Sample, Task
+"""
+
+from rollyard.errors import (
+    ConfigError, EngineAborted, EngineStartError, PluginError, RollyardError, RolloutError,
+    SampleError, TooManyFailures, TransportError, UnknownPluginError,
+)
+from rollyard.hookspecs import hookimpl
+from rollyard.interfaces import (
+    Command, Engine, EngineHandle, Reward, RewardContext, Rollout, RolloutContext, Transport,
+)
+from rollyard.types import (
+    GenerateRequest, GenerateResult, Message, Sample, SampleStatus, SamplingParams, Task,
+)
+
+__all__ = [
+    "Command", "ConfigError", "Engine", "EngineAborted", "EngineHandle", "EngineStartError",
+    "GenerateRequest", "GenerateResult", "Message", "PluginError", "Reward", "RewardContext",
+    "RollyardError", "Rollout", "RolloutContext", "RolloutError", "Sample", "SampleError",
+    "SampleStatus", "SamplingParams", "Task", "TooManyFailures", "Transport", "TransportError",
+    "UnknownPluginError", "hookimpl",
+]

@@ -1,0 +1,260 @@
+"""Discover, load and index plugins from the ``rollyard`` entry-point group."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import logging
+import os
+import sys
+import types as pytypes
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+import pluggy
+
+from rollyard import hookspecs
+from rollyard.errors import PluginError, UnknownPluginError
+from rollyard.interfaces import Command, Engine, Reward, Rollout, Transport
+
+ENTRY_POINT_GROUP = "rollyard"
+CORE_DISTRIBUTION = "rollyard"
+log = logging.getLogger("rollyard.plugins")
+
+#: registration hook -> (kind shown to users, base class a registered class must derive from)
+KINDS: dict[str, tuple[str, type]] = {
+    "register_rollouts": ("rollout", Rollout),
+    "register_transports": ("transport", Transport),
+    "register_rewards": ("reward", Reward),
+    "register_engines": ("engine", Engine),
+    "register_commands": ("command", Command),
+}
+
+
+@dataclass
+class PluginRecord:
+    """What ``rollyard plugins`` shows about one plugin."""
+
+    name: str
+    distribution: str
+    version: str
+    entry_point: str
+    hooks: list[str] = field(default_factory=list)
+    registers: dict[str, list[str]] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "distribution": self.distribution, "version": self.version,
+                "entry_point": self.entry_point, "hooks": self.hooks,
+                "registers": self.registers, "errors": self.errors}
+
+
+@dataclass
+class Registered:
+    cls: type
+    plugin: PluginRecord
+
+
+def _names_from_env(variable: str, environ: Mapping[str, str]) -> set[str] | None:
+    raw = environ.get(variable)
+    if raw is None:
+        return None
+    return {part.strip() for part in raw.split(",") if part.strip()}
+
+
+class PluginManager:
+    """Loads plugins (from entry points or in-process) and indexes what they register.
+
+    ``ROLLYARD_LOAD_PLUGINS`` (allow list) and ``ROLLYARD_DISABLE_PLUGINS`` (block list) filter
+    entry points by name; ``ROLLYARD_TRACE_PLUGINS=1`` logs every hook call to stderr.
+    """
+
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        environ = os.environ if environ is None else environ
+        self.pm = pluggy.PluginManager("rollyard")
+        self.pm.add_hookspecs(hookspecs)
+        self.records: dict[str, PluginRecord] = {}
+        self.registry: dict[str, dict[str, Registered]] = {kind: {} for kind, _ in KINDS.values()}
+        self._allow = _names_from_env("ROLLYARD_LOAD_PLUGINS", environ)
+        self._block = _names_from_env("ROLLYARD_DISABLE_PLUGINS", environ) or set()
+        self._loaded_all = False
+        if environ.get("ROLLYARD_TRACE_PLUGINS", "") not in ("", "0"):
+            self._enable_tracing()
+        self.hooks = HookFacade(self.pm)
+
+    # ------------------------------------------------------------------ loading
+
+    def entry_points(self) -> list[md.EntryPoint]:
+        eps = [ep for ep in md.entry_points(group=ENTRY_POINT_GROUP)
+               if (self._allow is None or ep.name in self._allow) and ep.name not in self._block]
+        return sorted(eps, key=lambda ep: (ep.dist.name != CORE_DISTRIBUTION if ep.dist else True,
+                                           ep.name))
+
+    def load_all(self) -> None:
+        """Import every allowed entry point; a broken one is recorded and warned about."""
+        if self._loaded_all:
+            return
+        for ep in self.entry_points():
+            self._load_entry_point(ep)
+        self._loaded_all = True
+
+    def load_for_run(self, wanted: Iterable[tuple[str, str]]) -> None:
+        """Load the core's own plugins and the entry points named like the wanted plugins;
+        fall back to every entry point only when a wanted (kind, name) is still missing."""
+        wanted = list(wanted)
+        names = {name for _, name in wanted}
+        for ep in self.entry_points():
+            if (ep.dist and ep.dist.name == CORE_DISTRIBUTION) or ep.name in names:
+                self._load_entry_point(ep)
+        if any(name not in self.registry[kind] for kind, name in wanted):
+            self.load_all()
+
+    def _load_entry_point(self, ep: md.EntryPoint) -> None:
+        if ep.name in self.records:
+            return
+        dist = ep.dist.name if ep.dist else "(unknown)"
+        record = PluginRecord(ep.name, dist, ep.dist.version if ep.dist else "", ep.value)
+        self.records[ep.name] = record
+        try:
+            module = ep.load()
+        except Exception as exc:
+            self._fail(record, f"importing {ep.value!r} raised {type(exc).__name__}: {exc}")
+            return
+        self._register(module, record)
+
+    def register(self, plugin: object, name: str | None = None,
+                 distribution: str = "(in-process)") -> PluginRecord:
+        """Register a plugin object in-process (tests, notebooks); returns its record."""
+        name = name or getattr(plugin, "__name__", None) or type(plugin).__name__
+        record = PluginRecord(name, distribution, "", f"{name} (in-process)")
+        self.records[name] = record
+        self._register(plugin, record)
+        return record
+
+    def unregister(self, name: str) -> None:
+        """Remove an in-process plugin and everything it registered."""
+        record = self.records.pop(name, None)
+        if self.pm.get_plugin(name) is not None:
+            self.pm.unregister(name=name)
+        for table in self.registry.values():
+            for key in [k for k, v in table.items() if v.plugin is record]:
+                del table[key]
+
+    def _register(self, plugin: object, record: PluginRecord) -> None:
+        try:
+            self.pm.register(plugin, name=record.name)
+        except (pluggy.PluginValidationError, ValueError) as exc:
+            self._fail(record, f"invalid hook implementation: {exc}")
+            return
+        record.hooks = sorted({impl.function.__name__ for impl in
+                               (c for caller in self.pm.get_hookcallers(plugin) or []
+                                for c in caller.get_hookimpls())
+                               if impl.plugin is plugin} |
+                              self._unknown_hooks(plugin))
+        unknown = self._unknown_hooks(plugin)
+        if unknown:
+            self._fail(record, f"unknown hook(s) {sorted(unknown)}; known hooks are "
+                               f"{sorted(self._spec_names())}")
+            self.pm.unregister(plugin)
+            return
+        for hook_name, (kind, base) in KINDS.items():
+            caller = self.pm.subset_hook_caller(
+                hook_name, remove_plugins=[p for p in self.pm.get_plugins() if p is not plugin])
+            try:
+                caller(register=self._make_register(record, kind, base))
+            except PluginError as exc:
+                self._fail(record, str(exc))
+            except Exception as exc:
+                self._fail(record, f"{hook_name} raised {type(exc).__name__}: {exc}")
+
+    def _spec_names(self) -> set[str]:
+        return {name for name in dir(hookspecs)
+                if isinstance(getattr(hookspecs, name), pytypes.FunctionType)
+                and hasattr(getattr(hookspecs, name), "rollyard_spec")}
+
+    def _unknown_hooks(self, plugin: object) -> set[str]:
+        marked = {name for name in dir(plugin)
+                  if getattr(getattr(plugin, name, None), "rollyard_impl", None) is not None}
+        return marked - self._spec_names()
+
+    def _make_register(self, record: PluginRecord, kind: str, base: type) -> Callable[[type], None]:
+        def register(cls: type) -> None:
+            where = {"distribution": record.distribution, "entry_point": record.entry_point}
+            if not isinstance(cls, type) or not issubclass(cls, base):
+                raise PluginError(f"registered {cls!r} as a {kind}, but it is not a subclass of "
+                                  f"rollyard.{base.__name__}", **where)
+            name = getattr(cls, "name", "")
+            if not isinstance(name, str) or not name:
+                raise PluginError(f"{kind} class {cls.__qualname__} has no 'name'", **where)
+            taken = self.registry[kind].get(name)
+            if taken is not None:
+                raise PluginError(
+                    f"{kind} name {name!r} is registered by both {taken.plugin.distribution!r} "
+                    f"(entry point {taken.plugin.entry_point!r}) and {record.distribution!r}",
+                    **where)
+            self.registry[kind][name] = Registered(cls, record)
+            record.registers.setdefault(kind, []).append(name)
+        return register
+
+    def _fail(self, record: PluginRecord, message: str) -> None:
+        full = (message if record.distribution in message else
+                str(PluginError(message, distribution=record.distribution,
+                                entry_point=record.entry_point)))
+        record.errors.append(full)
+        warnings.warn(f"rollyard plugin {record.name!r}: {full}", stacklevel=3)
+
+    def _enable_tracing(self) -> None:
+        def before(hook_name: str, impls: list, kwargs: dict) -> None:
+            print(f"[rollyard trace] {hook_name} -> {[i.plugin_name for i in impls]}",
+                  file=sys.stderr)
+
+        def after(outcome: Any, hook_name: str, impls: list, kwargs: dict) -> None:
+            print(f"[rollyard trace] {hook_name} done", file=sys.stderr)
+
+        self.pm.add_hookcall_monitoring(before, after)
+
+    # ------------------------------------------------------------------ lookup
+
+    def get(self, kind: str, name: str) -> type:
+        """The class registered as ``name`` of ``kind``, or UnknownPluginError."""
+        entry = self.registry[kind].get(name)
+        if entry is None:
+            raise UnknownPluginError(kind, name, list(self.registry[kind]))
+        return entry.cls
+
+    def owner(self, kind: str, name: str) -> PluginRecord:
+        return self.registry[kind][name].plugin
+
+    def names(self, kind: str) -> list[str]:
+        return sorted(self.registry[kind])
+
+
+class HookFacade:
+    """The only way the core calls hooks: one typed method per hook."""
+
+    def __init__(self, pm: pluggy.PluginManager) -> None:
+        self._pm = pm
+
+    def add_options(self, parser: Any, plugins: Iterable[str] | None = None) -> None:
+        from rollyard.options import PluginOptionGroup
+
+        hook = self._pm.hook.add_options
+        owners = sorted({impl.plugin_name for impl in hook.get_hookimpls()})
+        for name in owners:
+            if plugins is not None and name not in plugins:
+                continue
+            others = [p for n, p in self._pm.list_name_plugin() if n != name]
+            self._pm.subset_hook_caller("add_options", remove_plugins=others)(
+                group=PluginOptionGroup(parser, name))
+
+    def on_run_start(self, config: dict[str, Any], run_dir: str) -> None:
+        self._pm.hook.on_run_start(config=config, run_dir=run_dir)
+
+    def on_samples(self, step: int, samples: list[Any]) -> None:
+        self._pm.hook.on_samples(step=step, samples=samples)
+
+    def on_step_end(self, step: int, metrics: dict[str, float]) -> None:
+        self._pm.hook.on_step_end(step=step, metrics=metrics)
+
+    def on_run_end(self, run_dir: str, status: str, error: str | None) -> None:
+        self._pm.hook.on_run_end(run_dir=run_dir, status=status, error=error)

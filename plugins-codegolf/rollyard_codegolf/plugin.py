@@ -1,0 +1,1 @@
+"""Entry point of rollyard-codegolf. Light: heavy work is imported inside methods."""

@@ -1,0 +1,1 @@
+"""rollyard-verifiers: run verifiers environments through a Renderer-to-SGLang bridge."""

@@ -1,0 +1,1 @@
+"""Entry point of rollyard-verifiers. Light: verifiers is imported inside methods."""
