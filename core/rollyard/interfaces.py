@@ -33,6 +33,11 @@ class Transport:
         """Weight version each engine is serving, keyed by URL."""
         raise NotImplementedError
 
+    async def update_weights(self, model_dir: str, weight_version: int) -> None:
+        """Make every engine load the Hugging Face checkpoint in ``model_dir`` and serve it as
+        ``weight_version`` (SGLang ``/update_weights_from_disk``)."""
+        raise NotImplementedError
+
     async def close(self) -> None:
         """Release connections. Safe to call twice."""
 

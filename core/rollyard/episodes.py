@@ -1,0 +1,71 @@
+"""Building blocks for rollout plugins: render a prompt, sample a group, build Samples."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import replace
+from typing import Any
+
+from rollyard.errors import EngineAborted, TransportError
+from rollyard.interfaces import RolloutContext
+from rollyard.types import GenerateRequest, Message, Sample, SampleStatus, SamplingParams, Task
+
+
+def render_prompt(tokenizer: Any, prompt: list[Message] | str) -> list[int]:
+    """Token ids of a task prompt: chat messages through the tokenizer's chat template (with
+    the assistant turn opened), plain text as is."""
+    if isinstance(prompt, str):
+        return list(tokenizer.encode(prompt, add_special_tokens=False))
+    ids = tokenizer.apply_chat_template(prompt, tokenize=True, add_generation_prompt=True)
+    if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # transformers 5 returns an encoding
+        ids = ids["input_ids"]
+    return [int(i) for i in ids]
+
+
+def _sampling_for(context: RolloutContext, index: int) -> SamplingParams:
+    sampling: SamplingParams = context.sampling or SamplingParams()
+    stop = list(sampling.stop_token_ids)
+    eos = getattr(context.tokenizer, "eos_token_id", None)
+    if eos is not None and eos not in stop:
+        stop.append(eos)
+    seed = None if sampling.seed is None else sampling.seed + index
+    return replace(sampling, stop_token_ids=stop, seed=seed)
+
+
+async def sample_single_turn(context: RolloutContext, task: Task, n: int) -> list[Sample]:
+    """Run ``n`` single-turn episodes of ``task`` concurrently through the run's transport.
+
+    Each sample records the decoded completion in ``metadata["completion"]``. An engine abort
+    makes that sample ``aborted``; a transport error makes it ``failed``; both keep the reason.
+    """
+    prompt_ids = render_prompt(context.tokenizer, task.prompt)
+    group_id = f"{task.id}/{uuid.uuid4().hex[:8]}"
+
+    async def one(index: int) -> Sample:
+        request = GenerateRequest(prompt_ids, _sampling_for(context, index),
+                                  session_id=f"{group_id}/{index}")
+        try:
+            result = await context.transport.generate(request)
+        except EngineAborted as exc:
+            return _empty(prompt_ids, task, group_id, SampleStatus.ABORTED, str(exc))
+        except TransportError as exc:
+            return _empty(prompt_ids, task, group_id, SampleStatus.FAILED, str(exc))
+        status = (SampleStatus.TRUNCATED if result.finish_reason == "length"
+                  else SampleStatus.COMPLETED)
+        return Sample(
+            tokens=prompt_ids + list(result.output_ids), prompt_len=len(prompt_ids),
+            loss_mask=[1] * len(result.output_ids), logprobs=list(result.logprobs),
+            status=status, task_id=task.id, group_id=group_id,
+            weight_version=result.weight_version,
+            metadata={"completion": context.tokenizer.decode(result.output_ids,
+                                                             skip_special_tokens=True)})
+
+    return list(await asyncio.gather(*(one(i) for i in range(n))))
+
+
+def _empty(prompt_ids: list[int], task: Task, group_id: str, status: SampleStatus,
+           reason: str) -> Sample:
+    return Sample(tokens=list(prompt_ids), prompt_len=len(prompt_ids), loss_mask=[],
+                  logprobs=[], status=status, task_id=task.id, group_id=group_id,
+                  metadata={"failure": reason, "completion": ""})
