@@ -29,7 +29,7 @@ Register = Callable[[type], None]
 # --------------------------------------------------------------------------- registration
 
 
-@hookspec(historic=True)
+@hookspec
 def register_rollouts(register: Register) -> None:
     """Register environments: classes derived from :class:`rollyard.Rollout`.
 
@@ -38,7 +38,7 @@ def register_rollouts(register: Register) -> None:
     """
 
 
-@hookspec(historic=True)
+@hookspec
 def register_transports(register: Register) -> None:
     """Register token-in/token-out clients: classes derived from :class:`rollyard.Transport`.
 
@@ -46,7 +46,7 @@ def register_transports(register: Register) -> None:
     """
 
 
-@hookspec(historic=True)
+@hookspec
 def register_rewards(register: Register) -> None:
     """Register reward functions: classes derived from :class:`rollyard.Reward`.
 
@@ -55,7 +55,7 @@ def register_rewards(register: Register) -> None:
     """
 
 
-@hookspec(historic=True)
+@hookspec
 def register_engines(register: Register) -> None:
     """Register inference-engine launchers: classes derived from :class:`rollyard.Engine`.
 
@@ -64,7 +64,7 @@ def register_engines(register: Register) -> None:
     """
 
 
-@hookspec(historic=True)
+@hookspec
 def register_commands(register: Register) -> None:
     """Register CLI subcommands: classes derived from :class:`rollyard.Command`.
 

@@ -23,12 +23,14 @@ class PluginOptionGroup:
         self._group = parser.add_argument_group(f"{plugin} (plugin options)")
 
     def add_argument(self, *flags: str, **kwargs: Any) -> argparse.Action:
-        for flag in flags:
-            if not flag.startswith(self.prefix) or len(flag) == len(self.prefix):
-                raise PluginError(
-                    f"option {flag!r} of plugin {self.plugin!r} must start with {self.prefix!r}",
-                    entry_point=self.plugin)
-        name = flags[0][len(self.prefix):].replace("-", "_")
+        """Add an option. The first flag must be ``--<plugin>-<name>``; further flags are
+        aliases (``--vf-env``) that argparse rejects if another owner already took them."""
+        first = flags[0] if flags else ""
+        if not first.startswith(self.prefix) or len(first) == len(self.prefix):
+            raise PluginError(
+                f"option {first!r} of plugin {self.plugin!r} must start with {self.prefix!r}",
+                entry_point=self.plugin)
+        name = first[len(self.prefix):].replace("-", "_")
         kwargs.setdefault("dest", f"{self.plugin}{DEST_SEPARATOR}{name}")
         return self._group.add_argument(*flags, **kwargs)
 

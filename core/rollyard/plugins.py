@@ -32,6 +32,11 @@ KINDS: dict[str, tuple[str, type]] = {
 
 
 @dataclass
+class PluginWarning(UserWarning):
+    """A plugin failed to load or register; the others still work."""
+
+
+@dataclass
 class PluginRecord:
     """What ``rollyard plugins`` shows about one plugin."""
 
@@ -146,18 +151,16 @@ class PluginManager:
         except (pluggy.PluginValidationError, ValueError) as exc:
             self._fail(record, f"invalid hook implementation: {exc}")
             return
-        record.hooks = sorted({impl.function.__name__ for impl in
-                               (c for caller in self.pm.get_hookcallers(plugin) or []
-                                for c in caller.get_hookimpls())
-                               if impl.plugin is plugin} |
-                              self._unknown_hooks(plugin))
         unknown = self._unknown_hooks(plugin)
+        record.hooks = sorted(caller.name for caller in self.pm.get_hookcallers(plugin) or [])
         if unknown:
             self._fail(record, f"unknown hook(s) {sorted(unknown)}; known hooks are "
                                f"{sorted(self._spec_names())}")
             self.pm.unregister(plugin)
             return
         for hook_name, (kind, base) in KINDS.items():
+            if hook_name not in record.hooks:
+                continue
             caller = self.pm.subset_hook_caller(
                 hook_name, remove_plugins=[p for p in self.pm.get_plugins() if p is not plugin])
             try:
@@ -201,7 +204,7 @@ class PluginManager:
                 str(PluginError(message, distribution=record.distribution,
                                 entry_point=record.entry_point)))
         record.errors.append(full)
-        warnings.warn(f"rollyard plugin {record.name!r}: {full}", stacklevel=3)
+        warnings.warn(f"rollyard plugin {record.name!r}: {full}", PluginWarning, stacklevel=3)
 
     def _enable_tracing(self) -> None:
         def before(hook_name: str, impls: list, kwargs: dict) -> None:

@@ -1,0 +1,1 @@
+"""The RL run: engines, rollouts, training and the run folder."""

@@ -1,0 +1,104 @@
+"""Run megatron-core on machines without CUDA.
+
+megatron-core assumes a GPU in a few dozen places: it allocates buffers with
+``device=torch.cuda.current_device()`` or ``device="cuda"``, moves tensors with ``.cuda()``,
+keeps the tensor-parallel RNG states with ``torch.cuda.get_rng_state``, compares
+``param.type()`` with ``"torch.cuda.FloatTensor"`` and calls ``torch.cuda.synchronize()``.
+:func:`apply` makes every one of these work on the CPU:
+
+* ``torch.cuda.current_device`` returns 0, ``synchronize`` does nothing, and the CUDA RNG
+  functions (``get_rng_state``, ``set_rng_state``, ``manual_seed``) use the CPU generator;
+* megatron's private ``_get_cuda_rng_state`` / ``_set_cuda_rng_state`` use the CPU generator;
+* one :class:`torch.overrides.TorchFunctionMode`, entered for the rest of the process, maps a
+  CUDA device argument (``"cuda"``, ``"cuda:N"``, an int) to the CPU, makes ``Tensor.cuda()``
+  a no-op and reports CPU float tensors under their ``torch.cuda.*`` type names.
+
+:func:`apply` does nothing when CUDA is available and is idempotent. It raises
+``RuntimeError`` naming the patch when a target it expects is missing, so an upgrade of
+megatron-core that moves a target fails loudly instead of silently running unpatched.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+_CUDA_TYPE_NAMES = {
+    "torch.FloatTensor": "torch.cuda.FloatTensor",
+    "torch.HalfTensor": "torch.cuda.HalfTensor",
+    "torch.BFloat16Tensor": "torch.cuda.BFloat16Tensor",
+}
+
+_mode: TorchFunctionMode | None = None
+_applied: list[str] = []
+
+
+def _to_cpu(device: Any) -> Any:
+    """The CPU in place of any CUDA device spelling; other devices unchanged."""
+    if isinstance(device, int) and not isinstance(device, bool):
+        return "cpu"
+    if isinstance(device, str) and device.startswith("cuda"):
+        return "cpu"
+    if isinstance(device, torch.device) and device.type == "cuda":
+        return "cpu"
+    return device
+
+
+class CudaToCpuMode(TorchFunctionMode):
+    """Redirects megatron-core's literal CUDA device arguments to the CPU."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        kwargs = kwargs or {}
+        if func is torch.Tensor.cuda:
+            return args[0]
+        if func is torch.Tensor.type and len(args) == 1 and not kwargs:
+            name = func(*args)
+            return _CUDA_TYPE_NAMES.get(name, name)
+        if "device" in kwargs:
+            kwargs["device"] = _to_cpu(kwargs["device"])
+        if func is torch.Tensor.to and len(args) > 1:
+            args = (args[0], _to_cpu(args[1]), *args[2:])
+        return func(*args, **kwargs)
+
+
+def _cpu_get_rng_state(*_args: Any, **_kwargs: Any) -> torch.Tensor:
+    return torch.get_rng_state()
+
+
+def _cpu_set_rng_state(new_state: torch.Tensor, *_args: Any, **_kwargs: Any) -> None:
+    torch.set_rng_state(new_state)
+
+
+def _cpu_manual_seed(seed: int) -> None:
+    torch.manual_seed(seed)
+
+
+def _patch(owner: Any, name: str, value: Any) -> None:
+    if not hasattr(owner, name):
+        raise RuntimeError(
+            f"rollyard.training.cpu_compat: patch target {owner.__name__}.{name} is missing; "
+            "this megatron-core/torch version needs an updated CPU compatibility module")
+    setattr(owner, name, value)
+    _applied.append(f"{owner.__name__}.{name}")
+
+
+def apply() -> list[str]:
+    """Patch megatron-core for CPU-only use; return the patched targets (empty with CUDA)."""
+    global _mode
+    if torch.cuda.is_available() or _mode is not None:
+        return list(_applied)
+    from megatron.core.tensor_parallel import random as mcore_random
+
+    _patch(torch.cuda, "current_device", lambda: 0)
+    _patch(torch.cuda, "synchronize", lambda *_a, **_k: None)
+    _patch(torch.cuda, "get_rng_state", _cpu_get_rng_state)
+    _patch(torch.cuda, "set_rng_state", _cpu_set_rng_state)
+    _patch(torch.cuda, "manual_seed", _cpu_manual_seed)
+    _patch(mcore_random, "_get_cuda_rng_state", _cpu_get_rng_state)
+    _patch(mcore_random, "_set_cuda_rng_state", _cpu_set_rng_state)
+    _mode = CudaToCpuMode()
+    _mode.__enter__()
+    _applied.append("torch.overrides.TorchFunctionMode(CudaToCpuMode)")
+    return list(_applied)

@@ -1,0 +1,1 @@
+"""Loggers: observer-hook plugins that record a run (console lines, metrics.jsonl, plots)."""

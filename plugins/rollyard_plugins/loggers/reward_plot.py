@@ -1,0 +1,38 @@
+"""``reward.png``: mean reward per step, drawn when the run ends."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rollyard import hookimpl
+
+
+def plot_rewards(metrics_file: Path, out_file: Path) -> Path | None:
+    """Plot reward/mean against step from a metrics.jsonl; None when there is nothing to plot."""
+    rows = [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]
+    points = [(r["step"], r["reward/mean"]) for r in rows if "reward/mean" in r]
+    if not points:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot([p[0] for p in points], [p[1] for p in points], marker="o")
+    ax.set_xlabel("step")
+    ax.set_ylabel("mean reward")
+    ax.set_title(out_file.parent.name)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out_file, dpi=100)
+    plt.close(fig)
+    return out_file
+
+
+@hookimpl
+def on_run_end(run_dir, status, error):  # noqa: ANN001
+    metrics = Path(run_dir) / "metrics.jsonl"
+    if metrics.exists():
+        plot_rewards(metrics, Path(run_dir) / "reward.png")
