@@ -32,6 +32,8 @@ class PluginOptionGroup:
                 entry_point=self.plugin)
         name = first[len(self.prefix):].replace("-", "_")
         kwargs.setdefault("dest", f"{self.plugin}{DEST_SEPARATOR}{name}")
+        if kwargs.get("action") in (None, "store", "append") and "choices" not in kwargs:
+            kwargs.setdefault("metavar", name.upper())
         return self._group.add_argument(*flags, **kwargs)
 
 
