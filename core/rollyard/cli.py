@@ -7,7 +7,7 @@ import importlib
 import json
 import sys
 import warnings
-from typing import Sequence
+from collections.abc import Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -105,7 +105,7 @@ def _train_argv_plugins(argv: Sequence[str]) -> list[tuple[str, str]] | None:
     return wanted_plugins(known)
 
 
-def _short_warning(message, category, filename, lineno, line=None) -> str:  # noqa: ANN001
+def _short_warning(message, category, filename, lineno, line=None) -> str:
     return f"warning: {message}\n"
 
 

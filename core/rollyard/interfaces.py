@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rollyard.types import GenerateRequest, GenerateResult, Sample, Task
 
@@ -97,7 +98,8 @@ class Reward:
     async def score(self, sample: Sample, task: Task) -> float | dict[str, float]:
         raise NotImplementedError
 
-    async def score_group(self, samples: list[Sample], task: Task) -> list[float | dict[str, float]]:
+    async def score_group(self, samples: list[Sample],
+                          task: Task) -> list[float | dict[str, float]]:
         """Score a whole group; override for group-relative rewards."""
         return [await self.score(s, task) for s in samples]
 

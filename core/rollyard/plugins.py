@@ -8,8 +8,9 @@ import os
 import sys
 import types as pytypes
 import warnings
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 import pluggy
 
@@ -31,7 +32,6 @@ KINDS: dict[str, tuple[str, type]] = {
 }
 
 
-@dataclass
 class PluginWarning(UserWarning):
     """A plugin failed to load or register; the others still work."""
 

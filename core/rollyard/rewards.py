@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from collections.abc import Mapping
 
 from rollyard.interfaces import Reward
 from rollyard.types import Sample, SampleStatus, Task

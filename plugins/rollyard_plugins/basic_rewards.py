@@ -44,6 +44,6 @@ class CharF1(Reward):
 
 
 @hookimpl
-def register_rewards(register):  # noqa: ANN001
+def register_rewards(register):
     register(ExactMatch)
     register(CharF1)

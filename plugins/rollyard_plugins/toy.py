@@ -7,7 +7,7 @@ the smoke test of the whole loop (rollouts, rewards, Megatron update, weight syn
 from __future__ import annotations
 
 import random
-from typing import Sequence
+from collections.abc import Sequence
 
 from rollyard import Rollout, Sample, Task, hookimpl
 
@@ -35,7 +35,7 @@ class StringOperationRollout(Rollout):
     name = "toy"
     default_rewards = {"char-f1": 1.0, "exact-match": 1.0}
 
-    def __init__(self, context) -> None:  # noqa: ANN001
+    def __init__(self, context) -> None:
         super().__init__(context)
         operation = self.context.options.get("operation") or "copy"
         if operation not in OPERATIONS:
@@ -57,12 +57,12 @@ class StringOperationRollout(Rollout):
 
 
 @hookimpl
-def register_rollouts(register):  # noqa: ANN001
+def register_rollouts(register):
     register(StringOperationRollout)
 
 
 @hookimpl
-def add_options(group):  # noqa: ANN001
+def add_options(group):
     group.add_argument("--toy-operation", choices=sorted(OPERATIONS), default="copy",
                        help="what the model must do to the word")
     group.add_argument("--toy-num-tasks", type=int, default=200, help="distinct words")

@@ -49,7 +49,7 @@ def _to_cpu(device: Any) -> Any:
 class CudaToCpuMode(TorchFunctionMode):
     """Redirects megatron-core's literal CUDA device arguments to the CPU."""
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+    def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is torch.Tensor.cuda:
             return args[0]

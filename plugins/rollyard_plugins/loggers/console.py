@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 from rich.console import Console
-
 from rollyard import hookimpl
 
 console = Console(stderr=False, highlight=False)
 
 
 @hookimpl
-def on_run_start(config, run_dir):  # noqa: ANN001
+def on_run_start(config, run_dir):
     console.print(f"[bold]rollyard[/] run [cyan]{run_dir}[/] rollout={config['rollout_plugin']} "
                   f"engine={config.get('engine')} tp={config['train_tp']} dp={config['train_dp']}")
 
 
 @hookimpl
-def on_step_end(step, metrics):  # noqa: ANN001
+def on_step_end(step, metrics):
     console.print(
         f"step {step:>3}  reward {metrics.get('reward/mean', float('nan')):.3f}  "
         f"tokens/s {metrics.get('perf/tokens_per_s', 0.0):7.1f}  "
@@ -26,6 +25,6 @@ def on_step_end(step, metrics):  # noqa: ANN001
 
 
 @hookimpl
-def on_run_end(run_dir, status, error):  # noqa: ANN001
+def on_run_end(run_dir, status, error):
     style = "green" if status == "completed" else "red"
     console.print(f"[{style}]run {status}[/]: {run_dir}" + (f" ({error})" if error else ""))

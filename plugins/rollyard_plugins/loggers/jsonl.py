@@ -14,13 +14,13 @@ class JsonlLogger:
         self.run_dir: Path | None = None
 
     @hookimpl
-    def on_run_start(self, config, run_dir):  # noqa: ANN001
+    def on_run_start(self, config, run_dir):
         self.run_dir = Path(run_dir)
         (self.run_dir / "metrics.jsonl").write_text("")
         (self.run_dir / "samples.jsonl").write_text("")
 
     @hookimpl
-    def on_samples(self, step, samples):  # noqa: ANN001
+    def on_samples(self, step, samples):
         if self.run_dir is None:
             return
         with (self.run_dir / "samples.jsonl").open("a") as fh:
@@ -31,7 +31,7 @@ class JsonlLogger:
                 fh.write(json.dumps(row, default=str) + "\n")
 
     @hookimpl
-    def on_step_end(self, step, metrics):  # noqa: ANN001
+    def on_step_end(self, step, metrics):
         if self.run_dir is None:
             return
         with (self.run_dir / "metrics.jsonl").open("a") as fh:

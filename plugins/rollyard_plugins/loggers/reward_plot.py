@@ -32,7 +32,7 @@ def plot_rewards(metrics_file: Path, out_file: Path) -> Path | None:
 
 
 @hookimpl
-def on_run_end(run_dir, status, error):  # noqa: ANN001
+def on_run_end(run_dir, status, error):
     metrics = Path(run_dir) / "metrics.jsonl"
     if metrics.exists():
         plot_rewards(metrics, Path(run_dir) / "reward.png")

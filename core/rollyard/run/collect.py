@@ -1,0 +1,87 @@
+"""Collect one step of samples from a rollout plugin: bounded concurrency, timeouts, and
+validation at the boundary. A group that raises, times out or returns malformed samples
+becomes failed/aborted samples with the reason; the step goes on."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from rollyard.errors import SampleError
+from rollyard.interfaces import Rollout
+from rollyard.rewards import RewardSet
+from rollyard.types import Sample, SampleStatus, Task
+
+
+@dataclass
+class CollectSettings:
+    group_size: int
+    max_concurrent_groups: int
+    group_timeout_s: float
+
+
+def placeholder(task: Task, status: SampleStatus, reason: str, group_id: str = "") -> Sample:
+    """A sample that stands for an episode that produced nothing usable."""
+    return Sample(tokens=[], prompt_len=0, loss_mask=[], logprobs=[], status=status,
+                  task_id=task.id, group_id=group_id or f"{task.id}/lost",
+                  metadata={"failure": reason})
+
+
+def checked(samples: object, task: Task, plugin: str) -> list[Sample]:
+    """Validate what ``run_group`` returned; malformed entries become failed placeholders."""
+    if not isinstance(samples, list) or not samples:
+        return [placeholder(task, SampleStatus.FAILED,
+                            f"rollout {plugin!r} returned {type(samples).__name__} "
+                            f"{samples!r:.80}, expected a non-empty list of Sample")]
+    result = []
+    for item in samples:
+        if not isinstance(item, Sample):
+            result.append(placeholder(task, SampleStatus.FAILED,
+                                      f"rollout {plugin!r} returned {type(item).__name__}, "
+                                      "not a Sample"))
+            continue
+        if not item.task_id:
+            item.task_id = task.id
+        try:
+            item.validate()
+        except SampleError as exc:
+            result.append(placeholder(task, SampleStatus.FAILED, f"rollout {plugin!r}: {exc}",
+                                      item.group_id))
+            continue
+        result.append(item)
+    return result
+
+
+async def run_one_group(rollout: Rollout, rewards: RewardSet, task: Task,
+                        settings: CollectSettings) -> list[Sample]:
+    plugin = rollout.name
+    try:
+        samples = await asyncio.wait_for(rollout.run_group(task, settings.group_size),
+                                         settings.group_timeout_s)
+    except TimeoutError:
+        return [placeholder(task, SampleStatus.ABORTED,
+                            f"rollout {plugin!r} timed out after {settings.group_timeout_s}s")
+                for _ in range(settings.group_size)]
+    except Exception as exc:  # a plugin bug fails its samples, not the run
+        return [placeholder(task, SampleStatus.FAILED,
+                            f"rollout {plugin!r} raised {type(exc).__name__}: {exc}")
+                for _ in range(settings.group_size)]
+    samples = checked(samples, task, plugin)
+    if rewards:
+        await rewards.score_group(samples, task)
+    for sample in samples:
+        sample.validate()  # rewards must leave samples valid, too
+    return samples
+
+
+async def collect_step(rollout: Rollout, rewards: RewardSet, tasks: list[Task],
+                       settings: CollectSettings) -> list[Sample]:
+    """Run one group per task, at most ``max_concurrent_groups`` at a time."""
+    gate = asyncio.Semaphore(settings.max_concurrent_groups)
+
+    async def gated(task: Task) -> list[Sample]:
+        async with gate:
+            return await run_one_group(rollout, rewards, task, settings)
+
+    groups = await asyncio.gather(*(gated(task) for task in tasks))
+    return [sample for group in groups for sample in group]

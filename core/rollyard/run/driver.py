@@ -1,0 +1,205 @@
+"""``rollyard train``: the RL loop. Rollouts through the transport, rewards, a Megatron update on
+Ray, and the new weights pushed to every engine, step after step."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import shutil
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from rollyard.errors import ConfigError, TooManyFailures
+from rollyard.interfaces import RewardContext, RolloutContext
+from rollyard.options import DEST_SEPARATOR, plugin_options
+from rollyard.plugins import PluginManager
+from rollyard.rewards import RewardSet
+from rollyard.run.collect import CollectSettings, collect_step
+from rollyard.run.engines import EngineFleet
+from rollyard.run.metrics import failure_reasons, sample_metrics
+from rollyard.types import SamplingParams, Task
+
+
+def resolved_config(args: argparse.Namespace) -> dict[str, Any]:
+    """The run's options as plain data: core keys at top level, plugin options in tables."""
+    config: dict[str, Any] = {}
+    for key, value in sorted(vars(args).items()):
+        if key in ("handler", "command"):
+            continue
+        plugin, sep, option = key.partition(DEST_SEPARATOR)
+        if sep:
+            config.setdefault(plugin, {})[option] = value
+        else:
+            config[key] = value
+    return config
+
+
+def default_model_dir(runs_dir: Path, seed: int) -> Path:
+    """The tiny model of the default run, built once and reused."""
+    from rollyard.models.tiny import build_tiny_model
+
+    target = runs_dir / ".models" / f"tiny-qwen3-seed{seed}"
+    if not (target / "config.json").exists():
+        build_tiny_model(target, arch="qwen3", size="tiny", seed=seed)
+    return target
+
+
+def make_run_dir(args: argparse.Namespace) -> Path:
+    name = args.name or f"{args.rollout_plugin}-{datetime.now():%Y%m%d-%H%M%S}"
+    run_dir = Path(args.runs_dir) / name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return run_dir
+
+
+def start_ray(args: argparse.Namespace) -> bool:
+    """Start (or join) Ray; returns whether this run started it and must shut it down."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    if args.ray_address:
+        ray.init(address=args.ray_address, include_dashboard=False)
+    else:
+        ray.init(num_cpus=args.num_cpus, object_store_memory=256 * 1024**2,
+                 include_dashboard=False, log_to_driver=False)
+    return True
+
+
+class TaskCycle:
+    """Endless shuffled passes over a split's tasks."""
+
+    def __init__(self, tasks: list[Task], rng: random.Random) -> None:
+        if not tasks:
+            raise ConfigError("the rollout plugin has no training tasks")
+        self.tasks, self.rng, self.queue = tasks, rng, []
+
+    def take(self, n: int) -> list[Task]:
+        out = []
+        while len(out) < n:
+            if not self.queue:
+                self.queue = list(self.tasks)
+                self.rng.shuffle(self.queue)
+            out.append(self.queue.pop())
+        return out
+
+
+def run_training(args: argparse.Namespace, manager: PluginManager) -> Path:
+    """Run ``args.steps`` RL steps; returns the run folder."""
+    rollout_cls = manager.get("rollout", args.rollout_plugin)
+    transport_cls = manager.get("transport", args.transport)
+    engine_cls = None if args.engine_url else manager.get("engine", args.engine)
+    reward_weights = dict(args.reward or rollout_cls.default_rewards)
+    reward_classes = {name: manager.get("reward", name) for name in reward_weights}
+
+    run_dir = make_run_dir(args)
+    config = resolved_config(args)
+    (run_dir / "config.json").write_text(json.dumps(config, indent=2, default=str))
+    model_dir = Path(args.model) if args.model else default_model_dir(Path(args.runs_dir),
+                                                                       args.seed)
+    if not (model_dir / "config.json").exists():
+        raise ConfigError(f"--model {str(model_dir)!r} has no config.json (a Hugging Face "
+                          "model folder is expected; build one with `rollyard init-model DIR`)")
+
+    from rollyard.training import TrainConfig, TrainGroup
+
+    train_config = TrainConfig(
+        lr=args.lr, clip_eps=args.clip_eps, kl_coef=args.kl_coef,
+        entropy_coef=args.entropy_coef, micro_batch_size=args.micro_batch_size,
+        temperature=args.temperature, filter_zero_variance=not args.keep_zero_variance_groups,
+        seed=args.seed)
+    options_of = lambda kind, name: plugin_options(args, manager.owner(kind, name).name)
+
+    started_ray = start_ray(args)
+    status, error = "failed", None
+    manager.hooks.on_run_start(config, str(run_dir))
+    engine = engine_cls(options_of("engine", args.engine)) if engine_cls else None
+    try:
+        group = TrainGroup(model_dir=str(model_dir), config=train_config, tp=args.train_tp,
+                           dp=args.train_dp)
+        with EngineFleet(engine, str(model_dir), args.num_engines, args.engine_url) as fleet:
+            urls = fleet.start()
+            asyncio.run(_loop(args, manager, run_dir, model_dir, rollout_cls, transport_cls,
+                              reward_classes, reward_weights, options_of, fleet, urls, group))
+        group.shutdown()
+        status = "completed"
+    except BaseException as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        manager.hooks.on_run_end(str(run_dir), status, error)
+        if started_ray:
+            import ray
+
+            ray.shutdown()
+    return run_dir
+
+
+async def _loop(args, manager, run_dir, model_dir, rollout_cls, transport_cls,
+                reward_classes, reward_weights, options_of, fleet, urls, group) -> None:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    transport = transport_cls(urls, options_of("transport", args.transport))
+    rewards = RewardSet({name: cls(RewardContext(tokenizer, options_of("reward", name)))
+                         for name, cls in reward_classes.items()}, reward_weights)
+    rng = random.Random(args.seed)
+    context = RolloutContext(
+        config=resolved_config(args), tokenizer=tokenizer, transport=transport,
+        rewards=rewards, options=options_of("rollout", args.rollout_plugin),
+        rng=random.Random(rng.random()),
+        sampling=SamplingParams(max_new_tokens=args.max_new_tokens,
+                                temperature=args.temperature, top_p=args.top_p,
+                                top_k=args.top_k))
+    rollout = rollout_cls(context)
+    tasks = TaskCycle(list(rollout.tasks("train")), rng)
+    settings = CollectSettings(args.group_size, args.max_concurrent_groups, args.rollout_timeout)
+    weights_dir: str | None = None
+    progress = Progress(TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), disable=args.no_progress)
+    try:
+        with progress:
+            bar = progress.add_task("steps", total=args.steps)
+            for step in range(1, args.steps + 1):
+                started = time.perf_counter()
+                restarted = await fleet.restart_dead(transport, weights_dir, step - 1)
+                samples = await collect_step(rollout, rewards, tasks.take(args.groups_per_step),
+                                             settings)
+                rollout_s = time.perf_counter() - started
+                metrics = sample_metrics(samples)
+                metrics.update({f"env/{k}": v for k, v in rollout.metrics().items()})
+                metrics["engines/restarted"] = float(len(restarted))
+                manager.hooks.on_samples(step, samples)
+                bad = metrics["samples/failed_rate"] + metrics["samples/aborted_rate"]
+                if bad > args.failure_threshold:
+                    raise TooManyFailures(
+                        f"step {step}: {bad:.0%} of samples failed or aborted (threshold "
+                        f"{args.failure_threshold:.0%}); most common: "
+                        + "; ".join(failure_reasons(samples)))
+                usable = [s for s in samples if s.usable]
+                train_metrics = await asyncio.to_thread(group.train, usable)
+                metrics.update({f"train/{k}": v for k, v in train_metrics.items()})
+                if train_metrics.get("num_samples_trained", 0) > 0:
+                    weights_dir = await _push_weights(group, transport, run_dir, step)
+                step_s = time.perf_counter() - started
+                metrics.update({"time/step_s": step_s, "time/rollout_s": rollout_s,
+                                "weight_version": float(step),
+                                "perf/tokens_per_s": metrics["response/tokens"] / rollout_s})
+                manager.hooks.on_step_end(step, metrics)
+                progress.advance(bar)
+    finally:
+        await transport.close()
+
+
+async def _push_weights(group, transport, run_dir: Path, step: int) -> str:
+    """Export the policy and make every engine serve it as weight version ``step``."""
+    target = run_dir / "weights" / f"step-{step:05d}"
+    await asyncio.to_thread(group.export_hf, str(target))
+    await transport.update_weights(str(target.resolve()), step)
+    for old in sorted((run_dir / "weights").glob("step-*"))[:-2]:
+        shutil.rmtree(old, ignore_errors=True)
+    return str(target.resolve())
