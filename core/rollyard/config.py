@@ -38,7 +38,7 @@ def defaults_from_toml(data: dict[str, Any], parser: argparse.ArgumentParser,
                 if dest not in known:
                     raise ConfigError(f"{source}: unknown option [{key}] {sub!r} "
                                       f"(no plugin option --{key}-{sub.replace('_', '-')})")
-                defaults[dest] = subvalue if not isinstance(subvalue, dict) else subvalue
+                defaults[dest] = subvalue
             continue
         dest = key.replace("-", "_")
         if dest not in known:
