@@ -87,14 +87,24 @@ class TaskCycle:
         return out
 
 
+class PluginSelection:
+    """The plugin classes a run selected, and each one's own options."""
+
+    def __init__(self, args: argparse.Namespace, manager: PluginManager) -> None:
+        self.args, self.manager = args, manager
+        self.rollout = manager.get("rollout", args.rollout_plugin)
+        self.transport = manager.get("transport", args.transport)
+        self.engine = None if args.engine_url else manager.get("engine", args.engine)
+        self.reward_weights = dict(args.reward or self.rollout.default_rewards)
+        self.rewards = {name: manager.get("reward", name) for name in self.reward_weights}
+
+    def options(self, kind: str, name: str) -> dict[str, Any]:
+        return plugin_options(self.args, self.manager.owner(kind, name).name)
+
+
 def run_training(args: argparse.Namespace, manager: PluginManager) -> Path:
     """Run ``args.steps`` RL steps; returns the run folder."""
-    rollout_cls = manager.get("rollout", args.rollout_plugin)
-    transport_cls = manager.get("transport", args.transport)
-    engine_cls = None if args.engine_url else manager.get("engine", args.engine)
-    reward_weights = dict(args.reward or rollout_cls.default_rewards)
-    reward_classes = {name: manager.get("reward", name) for name in reward_weights}
-
+    selection = PluginSelection(args, manager)
     run_dir = make_run_dir(args)
     config = resolved_config(args)
     (run_dir / "config.json").write_text(json.dumps(config, indent=2, default=str))
@@ -111,20 +121,21 @@ def run_training(args: argparse.Namespace, manager: PluginManager) -> Path:
         entropy_coef=args.entropy_coef, micro_batch_size=args.micro_batch_size,
         temperature=args.temperature, filter_zero_variance=not args.keep_zero_variance_groups,
         seed=args.seed)
-    options_of = lambda kind, name: plugin_options(args, manager.owner(kind, name).name)
-
     started_ray = start_ray(args)
     status, error = "failed", None
     manager.hooks.on_run_start(config, str(run_dir))
-    engine = engine_cls(options_of("engine", args.engine)) if engine_cls else None
+    engine = (selection.engine(selection.options("engine", args.engine))
+              if selection.engine else None)
     try:
         group = TrainGroup(model_dir=str(model_dir), config=train_config, tp=args.train_tp,
                            dp=args.train_dp)
-        with EngineFleet(engine, str(model_dir), args.num_engines, args.engine_url) as fleet:
-            urls = fleet.start()
-            asyncio.run(_loop(args, manager, run_dir, model_dir, rollout_cls, transport_cls,
-                              reward_classes, reward_weights, options_of, fleet, urls, group))
-        group.shutdown()
+        try:
+            with EngineFleet(engine, str(model_dir), args.num_engines, args.engine_url) as fleet:
+                fleet.start()
+                session = RunSession(args, selection, run_dir, model_dir, fleet, group)
+                asyncio.run(session.run())
+        finally:
+            group.shutdown()
         status = "completed"
     except BaseException as exc:
         error = f"{type(exc).__name__}: {exc}"
@@ -138,68 +149,93 @@ def run_training(args: argparse.Namespace, manager: PluginManager) -> Path:
     return run_dir
 
 
-async def _loop(args, manager, run_dir, model_dir, rollout_cls, transport_cls,
-                reward_classes, reward_weights, options_of, fleet, urls, group) -> None:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    from transformers import AutoTokenizer
+class RunSession:
+    """One run's steps, inside the event loop: collect, observe, train, push weights."""
 
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    transport = transport_cls(urls, options_of("transport", args.transport))
-    rewards = RewardSet({name: cls(RewardContext(tokenizer, options_of("reward", name)))
-                         for name, cls in reward_classes.items()}, reward_weights)
-    rng = random.Random(args.seed)
-    context = RolloutContext(
-        config=resolved_config(args), tokenizer=tokenizer, transport=transport,
-        rewards=rewards, options=options_of("rollout", args.rollout_plugin),
-        rng=random.Random(rng.random()),
-        sampling=SamplingParams(max_new_tokens=args.max_new_tokens,
-                                temperature=args.temperature, top_p=args.top_p,
-                                top_k=args.top_k))
-    rollout = rollout_cls(context)
-    tasks = TaskCycle(list(rollout.tasks("train")), rng)
-    settings = CollectSettings(args.group_size, args.max_concurrent_groups, args.rollout_timeout)
-    weights_dir: str | None = None
-    progress = Progress(TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(),
-                        TimeElapsedColumn(), disable=args.no_progress)
-    try:
-        with progress:
-            bar = progress.add_task("steps", total=args.steps)
-            for step in range(1, args.steps + 1):
-                started = time.perf_counter()
-                restarted = await fleet.restart_dead(transport, weights_dir, step - 1)
-                samples = await collect_step(rollout, rewards, tasks.take(args.groups_per_step),
-                                             settings)
-                rollout_s = time.perf_counter() - started
-                metrics = sample_metrics(samples)
-                metrics.update({f"env/{k}": v for k, v in rollout.metrics().items()})
-                metrics["engines/restarted"] = float(len(restarted))
-                manager.hooks.on_samples(step, samples)
-                bad = metrics["samples/failed_rate"] + metrics["samples/aborted_rate"]
-                if bad > args.failure_threshold:
-                    raise TooManyFailures(
-                        f"step {step}: {bad:.0%} of samples failed or aborted (threshold "
-                        f"{args.failure_threshold:.0%}); most common: "
-                        + "; ".join(failure_reasons(samples)))
-                usable = [s for s in samples if s.usable]
-                train_metrics = await asyncio.to_thread(group.train, usable)
-                metrics.update({f"train/{k}": v for k, v in train_metrics.items()})
-                if train_metrics.get("num_samples_trained", 0) > 0:
-                    weights_dir = await _push_weights(group, transport, run_dir, step)
-                step_s = time.perf_counter() - started
-                metrics.update({"time/step_s": step_s, "time/rollout_s": rollout_s,
-                                "weight_version": float(step),
-                                "perf/tokens_per_s": metrics["response/tokens"] / rollout_s})
-                manager.hooks.on_step_end(step, metrics)
-                progress.advance(bar)
-    finally:
-        await transport.close()
+    def __init__(self, args: argparse.Namespace, selection: PluginSelection, run_dir: Path,
+                 model_dir: Path, fleet: EngineFleet, group: Any) -> None:
+        self.args, self.selection, self.run_dir = args, selection, run_dir
+        self.model_dir, self.fleet, self.group = model_dir, fleet, group
+        self.hooks = selection.manager.hooks
+        self.weights_dir: str | None = None
 
+    def _build(self) -> tuple[Any, Any, RewardSet]:
+        from transformers import AutoTokenizer
 
-async def _push_weights(group, transport, run_dir: Path, step: int) -> str:
-    """Export the policy and make every engine serve it as weight version ``step``."""
-    target = run_dir / "weights" / f"step-{step:05d}"
-    await asyncio.to_thread(group.export_hf, str(target))
-    await transport.update_weights(str(target.resolve()), step)
-    for old in sorted((run_dir / "weights").glob("step-*"))[:-2]:
-        shutil.rmtree(old, ignore_errors=True)
-    return str(target.resolve())
+        args, sel = self.args, self.selection
+        tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir))
+        transport = sel.transport(self.fleet.urls, sel.options("transport", args.transport))
+        rewards = RewardSet({name: cls(RewardContext(tokenizer, sel.options("reward", name)))
+                             for name, cls in sel.rewards.items()}, sel.reward_weights)
+        return tokenizer, transport, rewards
+
+    async def run(self) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        args, sel = self.args, self.selection
+        tokenizer, transport, rewards = self._build()
+        rng = random.Random(args.seed)
+        context = RolloutContext(
+            config=resolved_config(args), tokenizer=tokenizer, transport=transport,
+            rewards=rewards, options=sel.options("rollout", args.rollout_plugin),
+            rng=random.Random(rng.random()),
+            sampling=SamplingParams(max_new_tokens=args.max_new_tokens,
+                                    temperature=args.temperature, top_p=args.top_p,
+                                    top_k=args.top_k))
+        rollout = sel.rollout(context)
+        tasks = TaskCycle(list(rollout.tasks("train")), rng)
+        progress = Progress(TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(),
+                            TimeElapsedColumn(), disable=args.no_progress)
+        try:
+            with progress:
+                bar = progress.add_task("steps", total=args.steps)
+                for step in range(1, args.steps + 1):
+                    metrics = await self.step(step, rollout, rewards, transport, tasks)
+                    self.hooks.on_step_end(step, metrics)
+                    progress.advance(bar)
+        finally:
+            await transport.close()
+
+    async def step(self, step: int, rollout: Any, rewards: RewardSet, transport: Any,
+                   tasks: TaskCycle) -> dict[str, float]:
+        args = self.args
+        started = time.perf_counter()
+        restarted = await self.fleet.restart_dead(transport, self.weights_dir, step - 1)
+        settings = CollectSettings(args.group_size, args.max_concurrent_groups,
+                                   args.rollout_timeout)
+        samples = await collect_step(rollout, rewards, tasks.take(args.groups_per_step), settings)
+        rollout_s = time.perf_counter() - started
+        metrics = sample_metrics(samples)
+        metrics.update({f"env/{k}": v for k, v in rollout.metrics().items()})
+        metrics["engines/restarted"] = float(len(restarted))
+        self.hooks.on_samples(step, samples)
+        bad = metrics["samples/failed_rate"] + metrics["samples/aborted_rate"]
+        if bad > args.failure_threshold:
+            raise TooManyFailures(
+                f"step {step}: {bad:.0%} of samples failed or aborted (threshold "
+                f"{args.failure_threshold:.0%}); most common: "
+                + "; ".join(failure_reasons(samples)))
+        usable = [s for s in samples if s.usable]
+        train_metrics = await asyncio.to_thread(self.group.train, usable)
+        metrics.update({f"train/{k}": v for k, v in train_metrics.items()})
+        if train_metrics.get("num_samples_trained", 0) > 0:
+            self.weights_dir = await self.push_weights(transport, step)
+        metrics.update({"time/step_s": time.perf_counter() - started, "time/rollout_s": rollout_s,
+                        "weight_version": float(step if self.weights_dir else 0),
+                        "perf/tokens_per_s": metrics["response/tokens"] / rollout_s})
+        return metrics
+
+    async def push_weights(self, transport: Any, step: int) -> str:
+        """Export the policy and make every engine serve it as weight version ``step``."""
+        target = self.run_dir / "weights" / f"step-{step:05d}"
+        await asyncio.to_thread(self.group.export_hf, str(target))
+        await transport.update_weights(str(target.resolve()), step)
+        for old in sorted((self.run_dir / "weights").glob("step-*"))[:-2]:
+            shutil.rmtree(old, ignore_errors=True)
+        return str(target.resolve())
