@@ -158,6 +158,7 @@ class RunSession:
         self.model_dir, self.fleet, self.group = model_dir, fleet, group
         self.hooks = selection.manager.hooks
         self.weights_dir: str | None = None
+        self.weight_version = 0
 
     def _build(self) -> tuple[Any, Any, RewardSet]:
         from transformers import AutoTokenizer
@@ -206,7 +207,8 @@ class RunSession:
                    tasks: TaskCycle) -> dict[str, float]:
         args = self.args
         started = time.perf_counter()
-        restarted = await self.fleet.restart_dead(transport, self.weights_dir, step - 1)
+        restarted = await self.fleet.restart_dead(transport, self.weights_dir,
+                                                  self.weight_version)
         settings = CollectSettings(args.group_size, args.max_concurrent_groups,
                                    args.rollout_timeout)
         samples = await collect_step(rollout, rewards, tasks.take(args.groups_per_step), settings)
@@ -226,8 +228,9 @@ class RunSession:
         metrics.update({f"train/{k}": v for k, v in train_metrics.items()})
         if train_metrics.get("num_samples_trained", 0) > 0:
             self.weights_dir = await self.push_weights(transport, step)
+            self.weight_version = step
         metrics.update({"time/step_s": time.perf_counter() - started, "time/rollout_s": rollout_s,
-                        "weight_version": float(step if self.weights_dir else 0),
+                        "weight_version": float(self.weight_version),
                         "perf/tokens_per_s": metrics["response/tokens"] / rollout_s})
         return metrics
 
