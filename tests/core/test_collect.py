@@ -1,0 +1,112 @@
+"""The core's boundary: whatever a rollout plugin returns or raises, the step goes on with
+failed/aborted samples that say why, and valid samples are scored."""
+
+import asyncio
+import math
+
+from rollyard import Reward, Rollout, RolloutContext, Sample, SampleStatus, Task
+from rollyard.rewards import RewardSet
+from rollyard.run.collect import CollectSettings, collect_step
+from rollyard.run.metrics import failure_reasons, sample_metrics
+
+TASK = Task(id="t-1", prompt="say hi", data={"answer": "hi"})
+SETTINGS = CollectSettings(group_size=2, max_concurrent_groups=2, group_timeout_s=1.0)
+
+
+def good_sample(n_response: int = 2) -> Sample:
+    return Sample(tokens=[1, 2, 3] + [4] * n_response, prompt_len=3, loss_mask=[1] * n_response,
+                  logprobs=[-0.5] * n_response, task_id="t-1", group_id="g",
+                  metadata={"completion": "hi"})
+
+
+class Scripted(Rollout):
+    name = "scripted"
+
+    def __init__(self, behaviour) -> None:
+        super().__init__(RolloutContext({}, None, None, None, {}, None))
+        self.behaviour = behaviour
+
+    async def run_group(self, task, n):
+        return await self.behaviour(task, n)
+
+
+class LengthReward(Reward):
+    name = "length"
+
+    async def score(self, sample, task):
+        return float(sample.response_len)
+
+
+def collect(behaviour, rewards=None, tasks=(TASK,)):
+    rewards = rewards or RewardSet({}, {})
+    return asyncio.run(collect_step(Scripted(behaviour), rewards, list(tasks), SETTINGS))
+
+
+def test_valid_samples_are_scored_by_the_reward_set():
+    async def ok(task, n):
+        return [good_sample(1), good_sample(3)]
+
+    samples = collect(ok, RewardSet({"length": LengthReward(None)}, {"length": 0.5}))
+    assert [s.reward for s in samples] == [0.5, 1.5]
+    assert [s.rewards for s in samples] == [{"length": 1.0}, {"length": 3.0}]
+    assert all(s.status is SampleStatus.COMPLETED for s in samples)
+
+
+def test_malformed_sample_becomes_failed_with_field_and_task():
+    async def bad(task, n):
+        broken = good_sample()
+        broken.logprobs = [math.nan, -1.0]
+        return [good_sample(), broken]
+
+    samples = collect(bad)
+    assert samples[0].usable
+    assert samples[1].status is SampleStatus.FAILED
+    assert "'logprobs'" in samples[1].metadata["failure"]
+    assert "'t-1'" in samples[1].metadata["failure"]
+
+
+def test_raising_rollout_fails_its_group_and_records_the_reason():
+    async def boom(task, n):
+        raise RuntimeError("environment exploded")
+
+    samples = collect(boom)
+    assert len(samples) == SETTINGS.group_size
+    assert all(s.status is SampleStatus.FAILED for s in samples)
+    assert "environment exploded" in samples[0].metadata["failure"]
+    assert sample_metrics(samples)["samples/failed_rate"] == 1.0
+    assert "2x" in failure_reasons(samples)[0]
+
+
+def test_slow_rollout_is_aborted_after_the_timeout():
+    async def slow(task, n):
+        await asyncio.sleep(30)
+
+    samples = collect(slow)
+    assert all(s.status is SampleStatus.ABORTED for s in samples)
+    assert "timed out" in samples[0].metadata["failure"]
+
+
+def test_non_sample_return_values_are_rejected():
+    async def wrong(task, n):
+        return [{"tokens": [1]}]
+
+    (sample,) = collect(wrong)
+    assert sample.status is SampleStatus.FAILED
+    assert "not a Sample" in sample.metadata["failure"]
+
+
+def test_concurrency_is_bounded():
+    running, peak = 0, 0
+
+    async def tracked(task, n):
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.02)
+        running -= 1
+        return [good_sample()]
+
+    tasks = [Task(id=f"t-{i}", prompt="p") for i in range(6)]
+    samples = collect(tracked, tasks=tasks)
+    assert len(samples) == 6
+    assert peak == SETTINGS.max_concurrent_groups
