@@ -10,6 +10,7 @@ import warnings
 from collections.abc import Sequence
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from rollyard.config import defaults_from_toml, load_toml
@@ -131,8 +132,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         return int(args.handler(args) or 0)
     except RollyardError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False)
+        Console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         return 1
     except KeyboardInterrupt:
         return 130
 
+
+
+if __name__ == "__main__":
+    sys.exit(main())

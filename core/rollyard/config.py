@@ -26,10 +26,27 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"config file {str(path)!r} is not valid TOML: {exc}") from None
 
 
+def _checked(action: argparse.Action, value: Any, where: str) -> Any:
+    """A toml value as its flag would have parsed it: through the option's type and choices,
+    which argparse does not apply to defaults; item by item for repeatable options."""
+    if isinstance(value, list) and isinstance(action, argparse._AppendAction):
+        return [_checked(action, item, where) for item in value]
+    if action.type is not None and not isinstance(value, (bool, dict, list)):
+        try:
+            value = action.type(str(value))
+        except (argparse.ArgumentTypeError, TypeError, ValueError) as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+    if action.choices is not None and value not in action.choices:
+        raise ConfigError(f"{where}: {value!r} is not one of {sorted(action.choices)}")
+    return value
+
+
 def defaults_from_toml(data: dict[str, Any], parser: argparse.ArgumentParser,
                        source: str) -> dict[str, Any]:
-    """Map run.toml keys to parser destinations; an unknown key is an error naming it."""
-    known = {action.dest for action in parser._actions}
+    """Map run.toml keys to parser destinations; an unknown key, or a value its flag would
+    reject, is an error naming it."""
+    actions = {action.dest: action for action in parser._actions}
+    known = set(actions)
     defaults: dict[str, Any] = {}
     for key, value in data.items():
         if isinstance(value, dict):
@@ -38,11 +55,11 @@ def defaults_from_toml(data: dict[str, Any], parser: argparse.ArgumentParser,
                 if dest not in known:
                     raise ConfigError(f"{source}: unknown option [{key}] {sub!r} "
                                       f"(no plugin option --{key}-{sub.replace('_', '-')})")
-                defaults[dest] = subvalue
+                defaults[dest] = _checked(actions[dest], subvalue, f"{source}: [{key}] {sub!r}")
             continue
         dest = key.replace("-", "_")
         if dest not in known:
             raise ConfigError(f"{source}: unknown option {key!r} "
                               f"(no flag --{key.replace('_', '-')})")
-        defaults[dest] = value
+        defaults[dest] = _checked(actions[dest], value, f"{source}: {key!r}")
     return defaults
