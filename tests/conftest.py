@@ -1,0 +1,97 @@
+"""Shared fixtures: a fresh plugin manager, throwaway plugin distributions, and Ray."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+import pytest
+from rollyard.plugins import PluginManager
+
+RAY_INIT = {"num_cpus": 2, "object_store_memory": 200 * 1024**2, "include_dashboard": False,
+            "ignore_reinit_error": True}
+
+
+@pytest.fixture(scope="session")
+def ray_session() -> Iterator[object]:
+    """Ray started once per test session, only when a test asks for it."""
+    import ray
+
+    ray.init(**RAY_INIT)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture
+def plugin_manager() -> Iterator[PluginManager]:
+    """A manager that sees no entry points until asked (``load_all``/``load_for_run``) and
+    ignores the caller's ROLLYARD_* variables. Tests register plugin objects in-process with
+    ``plugin_manager.register(obj, name=...)``; every one is unregistered afterwards."""
+    manager = PluginManager(environ={})
+    try:
+        yield manager
+    finally:
+        for name in list(manager.records):
+            manager.unregister(name)
+
+
+#: make_distribution(name, modules={"pkg_mod.py": source}, entry_points={"ep": "pkg_mod"})
+MakeDistribution = Callable[..., Path]
+
+
+@pytest.fixture
+def make_distribution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> MakeDistribution:
+    """Create an importable distribution with ``rollyard`` entry points in a folder on
+    ``sys.path`` (a ``.dist-info`` with METADATA and entry_points.txt beside its modules),
+    the way an installed wheel looks to ``importlib.metadata``. Returns that folder, which a
+    subprocess sees when it is on PYTHONPATH. The modules are forgotten afterwards."""
+    root = tmp_path / "site"
+    root.mkdir()
+    created: list[str] = []
+
+    def make(name: str, modules: dict[str, str], entry_points: dict[str, str],
+             version: str = "1.0") -> Path:
+        for filename, source in modules.items():
+            (root / filename).write_text(textwrap.dedent(source))
+            created.append(filename.removesuffix(".py"))
+        info = root / f"{name.replace('-', '_')}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        (info / "entry_points.txt").write_text(
+            "[rollyard]\n" + "".join(f"{ep} = {target}\n" for ep, target in entry_points.items()))
+        monkeypatch.syspath_prepend(str(root))  # also clears importlib.metadata's path cache
+        return root
+
+    yield make
+    for module in created:
+        sys.modules.pop(module, None)
+
+
+RunRollyard = Callable[..., subprocess.CompletedProcess]
+
+
+@pytest.fixture
+def rollyard_cli() -> RunRollyard:
+    """Run the installed ``rollyard`` console script in a fresh process:
+    ``rollyard_cli("plugins", "--json", paths=[site], env={"ROLLYARD_TRACE_PLUGINS": "1"})``.
+    The caller's ROLLYARD_* variables are dropped; ``paths`` go first on PYTHONPATH."""
+    script = str(Path(sys.executable).with_name("rollyard"))
+
+    def run(*args: str, paths: Iterable[Path] = (), env: dict[str, str] | None = None,
+            cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("ROLLYARD_")}
+        pythonpath = [str(p) for p in paths] + [environ.get("PYTHONPATH", "")]
+        environ["PYTHONPATH"] = os.pathsep.join(p for p in pythonpath if p)
+        environ["COLUMNS"] = "200"
+        environ.update(env or {})
+        return subprocess.run([script, *args], capture_output=True, text=True, env=environ,
+                              cwd=cwd, timeout=timeout)
+
+    return run
