@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from rollyard.config import defaults_from_toml, load_toml
+from rollyard.config import defaults_from_toml, load_toml, repeated_on_command_line
 from rollyard.errors import RollyardError
 from rollyard.interfaces import Command
 from rollyard.plugins import PluginManager
@@ -124,9 +124,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         if getattr(args, "config", None):
             train_parser = parser._subparsers._group_actions[0].choices["train"]
+            given = repeated_on_command_line(train_parser, args)
             train_parser.set_defaults(**defaults_from_toml(load_toml(args.config), train_parser,
                                                            args.config))
             args = parser.parse_args(argv)
+            vars(args).update(given)
         if not hasattr(args, "handler"):
             parser.print_help()
             return 2

@@ -63,3 +63,13 @@ def defaults_from_toml(data: dict[str, Any], parser: argparse.ArgumentParser,
                               f"(no flag --{key.replace('_', '-')})")
         defaults[dest] = _checked(actions[dest], value, f"{source}: {key!r}")
     return defaults
+
+
+def repeated_on_command_line(parser: argparse.ArgumentParser,
+                             args: argparse.Namespace) -> dict[str, list[Any]]:
+    """Values of repeatable options (``--reward``) given on the command line. argparse appends
+    them to their default, so they are put back after run.toml defaults are applied: a list on
+    the command line replaces the toml's list instead of extending it."""
+    return {action.dest: getattr(args, action.dest) for action in parser._actions
+            if isinstance(action, argparse._AppendAction)
+            and getattr(args, action.dest, None) is not action.default}
