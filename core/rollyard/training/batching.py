@@ -1,0 +1,90 @@
+"""Turn samples into right-padded micro-batches aligned for next-token prediction.
+
+Position ``t`` of a micro-batch predicts token ``t + 1``; response token ``i`` of a sample
+(absolute position ``prompt_len + i``) is therefore scored at position ``prompt_len + i - 1``.
+Padding sits at the right end of each row, so with causal attention it never influences the
+real tokens, and its mask is zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from rollyard.errors import ConfigError
+
+
+@dataclass
+class TrainItem:
+    """One sample reduced to what a rank needs: plain lists, cheap to send to Ray actors."""
+
+    tokens: list[int]
+    prompt_len: int
+    loss_mask: list[int]
+    logprobs: list[float]
+    advantage: float
+
+
+@dataclass
+class MicroBatch:
+    """Tensors of one forward/backward pass; every [b, s] tensor is aligned to predictions."""
+
+    input_ids: torch.Tensor  # [b, s] long
+    position_ids: torch.Tensor  # [b, s] long
+    targets: torch.Tensor  # [b, s] long, the token each position predicts
+    old_logprobs: torch.Tensor  # [b, s] float, rollout logprobs
+    advantages: torch.Tensor  # [b, s] float
+    mask: torch.Tensor  # [b, s] float, 1 on trained response tokens
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+
+def check_item(item: TrainItem, where: str, max_len: int) -> None:
+    """ConfigError when a sample cannot be trained on (no prompt, longer than the model)."""
+    if item.prompt_len < 1:
+        raise ConfigError(f"{where}: prompt_len is {item.prompt_len}; the trainer needs at "
+                          "least one prompt token to score the first response token")
+    if len(item.tokens) > max_len:
+        raise ConfigError(f"{where}: {len(item.tokens)} tokens exceed the model's "
+                          f"max_position_embeddings={max_len}")
+
+
+def collate(items: list[TrainItem]) -> MicroBatch:
+    """Right-pad ``items`` into one micro-batch."""
+    width = max(len(item.tokens) for item in items)
+    b = len(items)
+    input_ids = torch.zeros(b, width, dtype=torch.long)
+    targets = torch.zeros(b, width, dtype=torch.long)
+    old_logprobs = torch.zeros(b, width)
+    advantages = torch.zeros(b, width)
+    mask = torch.zeros(b, width)
+    for row, item in enumerate(items):
+        n = len(item.tokens)
+        input_ids[row, :n] = torch.tensor(item.tokens)
+        targets[row, : n - 1] = input_ids[row, 1:n]
+        start, end = item.prompt_len - 1, n - 1
+        old_logprobs[row, start:end] = torch.tensor(item.logprobs, dtype=torch.float32)
+        mask[row, start:end] = torch.tensor(item.loss_mask, dtype=torch.float32)
+        advantages[row, start:end] = item.advantage
+    position_ids = torch.arange(width).unsqueeze(0).expand(b, -1).contiguous()
+    return MicroBatch(input_ids, position_ids, targets, old_logprobs, advantages, mask)
+
+
+def micro_batches(items: list[TrainItem], micro_batch_size: int) -> list[MicroBatch]:
+    """Micro-batches of at most ``micro_batch_size`` rows, sorted by length to cut padding."""
+    ordered = sorted(items, key=lambda item: len(item.tokens))
+    return [collate(ordered[i: i + micro_batch_size])
+            for i in range(0, len(ordered), micro_batch_size)]
+
+
+def split_for_data_parallel(items: list[TrainItem], dp: int) -> list[list[TrainItem]]:
+    """Deal items to ``dp`` ranks, longest first to the rank with the fewest tokens so far."""
+    shares: list[list[TrainItem]] = [[] for _ in range(dp)]
+    loads = [0] * dp
+    for item in sorted(items, key=lambda it: len(it.tokens), reverse=True):
+        rank = min(range(dp), key=lambda r: (loads[r], len(shares[r])))
+        shares[rank].append(item)
+        loads[rank] += len(item.tokens)
+    return shares

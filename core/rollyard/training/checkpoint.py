@@ -1,0 +1,66 @@
+"""Reading and writing Hugging Face model folders (config.json + safetensors + tokenizer)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+from typing import Any
+
+import torch
+
+from rollyard.errors import ConfigError
+
+WEIGHTS_FILE = "model.safetensors"
+_INDEX_FILE = "model.safetensors.index.json"
+# Everything in a model folder except weights travels unchanged with an export.
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+
+
+def read_hf_config(model_dir: str | pathlib.Path) -> dict[str, Any]:
+    """The parsed ``config.json`` of a Hugging Face model folder."""
+    path = pathlib.Path(model_dir) / "config.json"
+    if not path.is_file():
+        raise ConfigError(f"model folder {model_dir}: no config.json (expected a Hugging Face "
+                          "model folder, e.g. from `rollyard init-model DIR`)")
+    return json.loads(path.read_text())
+
+
+def load_hf_weights(model_dir: str | pathlib.Path) -> dict[str, torch.Tensor]:
+    """Every tensor of a model folder, from one ``model.safetensors`` or an indexed shard set."""
+    from safetensors.torch import load_file
+
+    folder = pathlib.Path(model_dir)
+    if (folder / WEIGHTS_FILE).is_file():
+        return load_file(folder / WEIGHTS_FILE)
+    if (folder / _INDEX_FILE).is_file():
+        index = json.loads((folder / _INDEX_FILE).read_text())
+        tensors: dict[str, torch.Tensor] = {}
+        for shard in sorted(set(index["weight_map"].values())):
+            tensors.update(load_file(folder / shard))
+        return tensors
+    raise ConfigError(f"model folder {model_dir}: no {WEIGHTS_FILE} or {_INDEX_FILE}")
+
+
+def write_hf_folder(out_dir: str | pathlib.Path, tensors: dict[str, torch.Tensor],
+                    source_dir: str | pathlib.Path) -> pathlib.Path:
+    """Write ``tensors`` as ``model.safetensors`` with every non-weight file of ``source_dir``.
+
+    config.json, generation config and tokenizer files are copied byte for byte, so the export
+    is loadable by anything that loaded the source folder.
+    """
+    from safetensors.torch import save_file
+
+    out = pathlib.Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for item in pathlib.Path(source_dir).iterdir():
+        if item.is_file() and not item.name.endswith(_WEIGHT_SUFFIXES) \
+                and item.name != _INDEX_FILE:
+            shutil.copyfile(item, out / item.name)
+    tmp = out / (WEIGHTS_FILE + ".tmp")
+    save_file(tensors, str(tmp), metadata={"format": "pt"})
+    tmp.replace(out / WEIGHTS_FILE)
+    stale_index = out / _INDEX_FILE
+    if stale_index.exists():
+        stale_index.unlink()
+    return out

@@ -1,0 +1,73 @@
+"""The trainer's settings: optimiser, schedule, loss and batching."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+from rollyard.errors import ConfigError
+
+LR_DECAY_STYLES = ("constant", "linear", "cosine")
+
+
+@dataclass
+class TrainConfig:
+    """Settings of the Megatron policy update; every field has a usable default.
+
+    ``temperature`` must equal the sampling temperature of the rollouts: recomputed
+    logprobs are ``log_softmax(logits / temperature)`` of the sampled token, as in the engine.
+    ``micro_batch_size`` counts samples per forward pass on one data-parallel rank.
+    ``global_batch_size``, when set, is the number of samples per step the run produces; it is
+    checked against the data-parallel size up front.
+    """
+
+    lr: float = 1e-5
+    min_lr: float = 0.0
+    warmup_steps: int = 0
+    lr_decay_style: str = "constant"
+    lr_decay_steps: int | None = None
+    weight_decay: float = 0.0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_eps: float = 1e-8
+    grad_clip: float = 1.0
+    clip_eps: float = 0.2
+    kl_coef: float = 0.0
+    entropy_coef: float = 0.0
+    micro_batch_size: int = 8
+    temperature: float = 1.0
+    filter_zero_variance: bool = True
+    scale_advantages_by_std: bool = True
+    seed: int = 0
+    global_batch_size: int | None = None
+
+    def validate(self) -> None:
+        """ConfigError naming the first field whose value cannot work."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"TrainConfig.{f.name} is {value!r}; expected a finite number")
+        positive = {"lr": self.lr, "temperature": self.temperature,
+                    "micro_batch_size": self.micro_batch_size, "adam_eps": self.adam_eps}
+        for name, value in positive.items():
+            if value <= 0:
+                raise ConfigError(f"TrainConfig.{name} is {value!r}; it must be positive")
+        non_negative = {"min_lr": self.min_lr, "warmup_steps": self.warmup_steps,
+                        "weight_decay": self.weight_decay, "grad_clip": self.grad_clip,
+                        "clip_eps": self.clip_eps, "kl_coef": self.kl_coef,
+                        "entropy_coef": self.entropy_coef}
+        for name, value in non_negative.items():
+            if value < 0:
+                raise ConfigError(f"TrainConfig.{name} is {value!r}; it must not be negative")
+        if self.lr_decay_style not in LR_DECAY_STYLES:
+            raise ConfigError(f"TrainConfig.lr_decay_style is {self.lr_decay_style!r}; "
+                              f"expected one of {', '.join(LR_DECAY_STYLES)}")
+        if self.lr_decay_style != "constant" and not self.lr_decay_steps:
+            raise ConfigError(f"TrainConfig.lr_decay_style {self.lr_decay_style!r} needs "
+                              "lr_decay_steps (the number of steps to decay over)")
+        if self.lr_decay_steps is not None and self.lr_decay_steps <= self.warmup_steps:
+            raise ConfigError(f"TrainConfig.lr_decay_steps={self.lr_decay_steps} must exceed "
+                              f"warmup_steps={self.warmup_steps}")
+        if self.global_batch_size is not None and self.global_batch_size < 1:
+            raise ConfigError(f"TrainConfig.global_batch_size is {self.global_batch_size!r}; "
+                              "it must be positive")

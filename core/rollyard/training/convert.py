@@ -1,0 +1,124 @@
+"""Hugging Face Llama/Qwen3 (dense) parameters to and from megatron-core ``GPTModel`` shards.
+
+Megatron fuses what Hugging Face keeps apart and splits what it keeps whole:
+
+* ``linear_qkv`` holds, for every key/value group, that group's query heads, then its key head,
+  then its value head; tensor parallelism gives each rank a contiguous run of groups.
+* ``linear_fc1`` holds ``[gate; up]`` *per rank*: rank r owns ``[gate_r; up_r]``.
+* Column-parallel weights (qkv, fc1, embedding, output layer) split along dim 0, row-parallel
+  weights (``linear_proj``, ``linear_fc2``) along dim 1; norms are replicated.
+
+Both directions only slice, concatenate and reshape, so HF -> Megatron -> HF is bit-exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+Tensor = torch.Tensor
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The sizes conversion needs, read from a Hugging Face ``config.json``."""
+
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    ffn_hidden_size: int
+    vocab_size: int
+    tied_embeddings: bool
+    qk_norm: bool
+
+    @classmethod
+    def from_hf_config(cls, config: dict[str, Any]) -> ModelShape:
+        heads = config["num_attention_heads"]
+        return cls(
+            num_layers=config["num_hidden_layers"],
+            hidden_size=config["hidden_size"],
+            num_heads=heads,
+            num_kv_heads=config.get("num_key_value_heads") or heads,
+            head_dim=config.get("head_dim") or config["hidden_size"] // heads,
+            ffn_hidden_size=config["intermediate_size"],
+            vocab_size=config["vocab_size"],
+            tied_embeddings=bool(config.get("tie_word_embeddings", False)),
+            qk_norm=config.get("model_type") == "qwen3",
+        )
+
+
+_LAYER = "decoder.layers.{i}."
+_HF_LAYER = "model.layers.{i}."
+# (megatron suffix, hf suffix, split dim or None when replicated)
+_SIMPLE_LAYER_PARAMS = [
+    ("input_layernorm.weight", "input_layernorm.weight", None),
+    ("pre_mlp_layernorm.weight", "post_attention_layernorm.weight", None),
+    ("self_attention.linear_proj.weight", "self_attn.o_proj.weight", 1),
+    ("mlp.linear_fc2.weight", "mlp.down_proj.weight", 1),
+]
+_QK_NORM_PARAMS = [
+    ("self_attention.q_layernorm.weight", "self_attn.q_norm.weight", None),
+    ("self_attention.k_layernorm.weight", "self_attn.k_norm.weight", None),
+]
+
+
+def _simple_params(shape: ModelShape) -> list[tuple[str, str, int | None]]:
+    """Parameters that map one to one (possibly split along a dim)."""
+    out: list[tuple[str, str, int | None]] = [
+        ("embedding.word_embeddings.weight", "model.embed_tokens.weight", 0),
+        ("decoder.final_layernorm.weight", "model.norm.weight", None),
+    ]
+    if not shape.tied_embeddings:
+        out.append(("output_layer.weight", "lm_head.weight", 0))
+    layer_params = _SIMPLE_LAYER_PARAMS + (_QK_NORM_PARAMS if shape.qk_norm else [])
+    for i in range(shape.num_layers):
+        out += [(_LAYER.format(i=i) + m, _HF_LAYER.format(i=i) + h, d) for m, h, d in layer_params]
+    return out
+
+
+def hf_to_megatron(hf: dict[str, Tensor], shape: ModelShape, tp_rank: int,
+                   tp_size: int) -> dict[str, Tensor]:
+    """The Megatron parameters of tensor-parallel rank ``tp_rank`` from a full HF state dict."""
+    out: dict[str, Tensor] = {}
+    for mname, hname, dim in _simple_params(shape):
+        tensor = hf[hname]
+        out[mname] = tensor if dim is None else tensor.chunk(tp_size, dim=dim)[tp_rank]
+    q_per_group = shape.num_heads // shape.num_kv_heads
+    hd, hidden = shape.head_dim, shape.hidden_size
+    for i in range(shape.num_layers):
+        hl, ml = _HF_LAYER.format(i=i), _LAYER.format(i=i)
+        q = hf[hl + "self_attn.q_proj.weight"].reshape(shape.num_kv_heads, q_per_group * hd, hidden)
+        k = hf[hl + "self_attn.k_proj.weight"].reshape(shape.num_kv_heads, hd, hidden)
+        v = hf[hl + "self_attn.v_proj.weight"].reshape(shape.num_kv_heads, hd, hidden)
+        qkv = torch.cat([q, k, v], dim=1).chunk(tp_size, dim=0)[tp_rank]
+        out[ml + "self_attention.linear_qkv.weight"] = qkv.reshape(-1, hidden).contiguous()
+        gate = hf[hl + "mlp.gate_proj.weight"].chunk(tp_size, dim=0)[tp_rank]
+        up = hf[hl + "mlp.up_proj.weight"].chunk(tp_size, dim=0)[tp_rank]
+        out[ml + "mlp.linear_fc1.weight"] = torch.cat([gate, up], dim=0)
+    return {name: t.contiguous() for name, t in out.items()}
+
+
+def megatron_to_hf(shards: list[dict[str, Tensor]], shape: ModelShape) -> dict[str, Tensor]:
+    """The full HF state dict from the Megatron parameters of every tensor-parallel rank."""
+    out: dict[str, Tensor] = {}
+    for mname, hname, dim in _simple_params(shape):
+        parts = [s[mname] for s in shards]
+        out[hname] = parts[0] if dim is None else torch.cat(parts, dim=dim)
+    q_per_group = shape.num_heads // shape.num_kv_heads
+    hd, hidden = shape.head_dim, shape.hidden_size
+    for i in range(shape.num_layers):
+        hl, ml = _HF_LAYER.format(i=i), _LAYER.format(i=i)
+        qkv = torch.cat([s[ml + "self_attention.linear_qkv.weight"] for s in shards], dim=0)
+        qkv = qkv.reshape(shape.num_kv_heads, (q_per_group + 2) * hd, hidden)
+        q, k, v = qkv.split([q_per_group * hd, hd, hd], dim=1)
+        out[hl + "self_attn.q_proj.weight"] = q.reshape(-1, hidden)
+        out[hl + "self_attn.k_proj.weight"] = k.reshape(-1, hidden)
+        out[hl + "self_attn.v_proj.weight"] = v.reshape(-1, hidden)
+        gates, ups = zip(*(s[ml + "mlp.linear_fc1.weight"].chunk(2, dim=0) for s in shards))
+        out[hl + "mlp.gate_proj.weight"] = torch.cat(gates, dim=0)
+        out[hl + "mlp.up_proj.weight"] = torch.cat(ups, dim=0)
+    return {name: t.contiguous() for name, t in out.items()}

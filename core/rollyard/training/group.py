@@ -1,0 +1,166 @@
+"""The train group: ``tp * dp`` Megatron ranks as Ray actors in one placement group.
+
+The driver side of training. It checks the layout before starting anything, computes GRPO
+advantages, deals samples to the data-parallel replicas and merges the ranks' metrics.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from rollyard.errors import ConfigError
+from rollyard.training.algorithm import grpo_advantages
+from rollyard.training.batching import TrainItem, check_item, split_for_data_parallel
+from rollyard.training.checkpoint import read_hf_config
+from rollyard.training.config import TrainConfig
+from rollyard.training.model import check_hf_config, check_tensor_parallel
+from rollyard.types import Sample
+
+PLACEMENT_TIMEOUT_S = 120.0
+_SUMMED = ("loss", "policy_loss", "kl", "entropy", "clip_fraction", "logprob_mismatch")
+
+
+def check_layout(model_dir: str, config: TrainConfig, tp: int, dp: int,
+                 cpus: float | None = None) -> None:
+    """ConfigError for any layout that cannot train, before a process is started."""
+    config.validate()
+    for name, size in (("tp", tp), ("dp", dp)):
+        if not isinstance(size, int) or size < 1:
+            raise ConfigError(f"train group: {name}={size!r}; expected a positive integer")
+    hf_config = read_hf_config(model_dir)
+    where = os.path.join(model_dir, "config.json")
+    check_tensor_parallel(check_hf_config(hf_config, where), tp, where)
+    if config.global_batch_size is not None and config.global_batch_size % dp:
+        raise ConfigError(f"data parallel size {dp} does not divide the batch of "
+                          f"{config.global_batch_size} samples per step; choose a --train-dp "
+                          "that divides it")
+    if cpus is not None and tp * dp > cpus:
+        raise ConfigError(f"train group needs {tp * dp} ranks (tp={tp} x dp={dp}) but the Ray "
+                          f"cluster has only {cpus:g} CPUs; lower --train-tp/--train-dp or "
+                          "raise --num-cpus")
+
+
+class TrainGroup:
+    """Megatron policy trainer on Ray. Ray must be initialised by the caller."""
+
+    def __init__(self, model_dir: str, config: TrainConfig | None = None, tp: int = 1,
+                 dp: int = 1) -> None:
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        from rollyard.training.worker import MegatronWorker
+
+        if not ray.is_initialized():
+            raise ConfigError("TrainGroup needs Ray: call ray.init() (or pass --ray-address) "
+                              "before creating it")
+        self.config = config or TrainConfig()
+        resources = ray.cluster_resources()
+        check_layout(model_dir, self.config, tp, dp, resources.get("CPU", 0.0))
+        self.model_dir, self.tp, self.dp = model_dir, tp, dp
+        self.max_len = int(read_hf_config(model_dir).get("max_position_embeddings", 4096))
+        world = tp * dp
+        use_gpu = resources.get("GPU", 0.0) >= world
+        bundle = {"CPU": 1.0, "GPU": 1.0} if use_gpu else {"CPU": 1.0}
+        self._pg = placement_group([dict(bundle) for _ in range(world)], strategy="PACK")
+        self._actors: list[Any] = []
+        try:
+            ready, _ = ray.wait([self._pg.ready()], timeout=PLACEMENT_TIMEOUT_S)
+            if not ready:
+                raise ConfigError(f"train group: Ray could not place {world} ranks of {bundle} "
+                                  f"within {PLACEMENT_TIMEOUT_S:g} s; free resources are "
+                                  f"{ray.available_resources()}")
+            remote = ray.remote(MegatronWorker)
+            self._actors = [
+                remote.options(
+                    num_cpus=1, num_gpus=1 if use_gpu else 0,
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(
+                        self._pg, placement_group_bundle_index=rank),
+                ).remote(model_dir, self.config, tp, dp, rank)
+                for rank in range(world)]
+            address, port = ray.get(self._actors[0].free_address.remote())
+            ray.get([actor.setup.remote(address, port) for actor in self._actors])
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def _items(self, samples: list[Sample]) -> tuple[list[TrainItem], dict[str, float]]:
+        """GRPO advantages; the samples that are trained on, as items, and group counts."""
+        for sample in samples:
+            check_item(TrainItem(sample.tokens, sample.prompt_len, sample.loss_mask,
+                                 sample.logprobs, 0.0),
+                       f"sample of task {sample.task_id!r}", self.max_len)
+        advantages = grpo_advantages(
+            [s.reward for s in samples], [s.group_id for s in samples],
+            filter_zero_variance=self.config.filter_zero_variance,
+            scale_by_std=self.config.scale_advantages_by_std)
+        items = [TrainItem(s.tokens, s.prompt_len, s.loss_mask, s.logprobs, adv)
+                 for s, adv, keep in zip(samples, advantages.values, advantages.keep) if keep]
+        counts = {"num_groups": float(advantages.num_groups),
+                  "num_groups_filtered": float(advantages.num_groups_filtered)}
+        return items, counts
+
+    def train(self, samples: list[Sample]) -> dict[str, float]:
+        """One optimizer step over ``samples`` (all of them, in micro-batches); its metrics.
+
+        Without any trainable token (every group filtered, or no samples) nothing is updated
+        and ``num_samples_trained`` is 0.
+        """
+        import ray
+
+        start = time.perf_counter()
+        items, metrics = self._items(samples)
+        trained_tokens = float(sum(sum(item.loss_mask) for item in items))
+        metrics["num_samples"] = float(len(samples))
+        if not items or trained_tokens == 0:
+            return {**metrics, "num_samples_trained": 0.0, "update_skipped": 1.0,
+                    "trained_tokens": 0.0, "tokens": 0.0,
+                    "step_time": time.perf_counter() - start}
+        shares = split_for_data_parallel(items, self.dp)
+        results = ray.get([actor.train_step.remote(shares[rank // self.tp], trained_tokens)
+                           for rank, actor in enumerate(self._actors)])
+        replicas = results[:: self.tp]  # tensor-parallel rank 0 of every data-parallel replica
+        for key in _SUMMED:
+            metrics[key] = sum(r.get(key, 0.0) for r in replicas) / trained_tokens
+        for key in ("grad_norm", "lr", "update_skipped"):
+            metrics[key] = results[0][key]
+        tokens = float(sum(len(item.tokens) for item in items))
+        step_time = time.perf_counter() - start
+        metrics.update(num_samples_trained=float(len(items)), trained_tokens=trained_tokens,
+                       tokens=tokens, step_time=step_time, tokens_per_s=tokens / step_time,
+                       rank_step_time=max(r["step_time"] for r in results))
+        return metrics
+
+    def logprobs(self, samples: list[Sample]) -> list[list[float]]:
+        """The current policy's logprobs of each sample's response tokens."""
+        import ray
+
+        items = [TrainItem(s.tokens, s.prompt_len, s.loss_mask, s.logprobs, 0.0)
+                 for s in samples]
+        return ray.get([a.logprobs.remote(items) for a in self._actors[: self.tp]])[0]
+
+    def export_hf(self, out_dir: str) -> str:
+        """Write the current weights as a Hugging Face folder (config, safetensors, tokenizer)."""
+        import ray
+
+        ray.get([actor.export_hf.remote(str(out_dir)) for actor in self._actors])
+        return str(out_dir)
+
+    def shutdown(self) -> None:
+        """Stop the ranks and release the placement group; safe to call twice."""
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        actors, self._actors = self._actors, []
+        if actors:
+            try:
+                ray.get([actor.shutdown.remote() for actor in actors], timeout=30)
+            except Exception:  # a dead rank must not stop the release of the others
+                pass
+            for actor in actors:
+                ray.kill(actor)
+        if getattr(self, "_pg", None) is not None:
+            remove_placement_group(self._pg)
+            self._pg = None

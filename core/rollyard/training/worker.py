@@ -1,0 +1,213 @@
+"""One training rank: megatron-core GPTModel, DDP, optimizer, the PPO step and the HF export.
+
+The class is plain Python; :mod:`rollyard.training.group` runs one instance per Ray actor.
+On a machine without CUDA the ranks talk over gloo and :mod:`rollyard.training.cpu_compat`
+is applied first; with CUDA they use NCCL and nothing is patched.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections import defaultdict
+
+import torch
+
+from rollyard.training import cpu_compat
+from rollyard.training.algorithm import ppo_clip_loss, token_logprobs
+from rollyard.training.batching import MicroBatch, TrainItem, collate, micro_batches
+from rollyard.training.checkpoint import load_hf_weights, read_hf_config, write_hf_folder
+from rollyard.training.config import TrainConfig
+from rollyard.training.convert import ModelShape, hf_to_megatron, megatron_to_hf
+from rollyard.training.model import build_gpt_model
+
+
+def _load_params(model: torch.nn.Module, params: dict[str, torch.Tensor], where: str) -> None:
+    """Copy converted tensors into ``model``; every parameter must be matched exactly once."""
+    own = dict(model.named_parameters())
+    missing = sorted(set(own) - set(params))
+    unexpected = sorted(set(params) - set(own))
+    if missing or unexpected:
+        raise RuntimeError(f"{where}: Megatron parameters missing from the conversion: "
+                           f"{missing}; converted but unknown: {unexpected}")
+    with torch.no_grad():
+        for name, param in own.items():
+            if tuple(param.shape) != tuple(params[name].shape):
+                raise RuntimeError(f"{where}: {name} has shape {tuple(param.shape)} in Megatron "
+                                   f"but {tuple(params[name].shape)} after conversion")
+            param.copy_(params[name])
+
+
+class MegatronWorker:
+    """Rank ``rank`` of a ``tp * dp`` train group (tensor-parallel rank varies fastest)."""
+
+    def __init__(self, model_dir: str, config: TrainConfig, tp: int, dp: int, rank: int) -> None:
+        self.model_dir = model_dir
+        self.config = config
+        self.tp, self.dp, self.rank = tp, dp, rank
+        self.hf_config = read_hf_config(model_dir)
+        self.shape = ModelShape.from_hf_config(self.hf_config)
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+    @staticmethod
+    def free_address() -> tuple[str, int]:
+        """This node's IP and a free TCP port, for the rendezvous of rank 0."""
+        import ray
+
+        with socket.socket() as sock:
+            sock.bind(("", 0))
+            return ray.util.get_node_ip_address(), sock.getsockname()[1]
+
+    def setup(self, master_addr: str, master_port: int) -> None:
+        """Join the process group, build the model from the HF weights, DDP and optimizer."""
+        import torch.distributed as dist
+        from megatron.core import parallel_state
+        from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
+
+        if self.device.type == "cpu":
+            cpu_compat.apply()
+            torch.set_num_threads(1)
+        else:
+            torch.cuda.set_device(0)
+        dist.init_process_group(
+            "nccl" if self.device.type == "cuda" else "gloo",
+            init_method=f"tcp://{master_addr}:{master_port}",
+            rank=self.rank, world_size=self.tp * self.dp)
+        parallel_state.initialize_model_parallel(tensor_model_parallel_size=self.tp)
+        torch.manual_seed(self.config.seed)
+        model_parallel_cuda_manual_seed(self.config.seed)
+        self.tp_rank = parallel_state.get_tensor_model_parallel_rank()
+        self.dp_rank = parallel_state.get_data_parallel_rank()
+
+        hf = load_hf_weights(self.model_dir)
+        self.export_dtype = next(iter(hf.values())).dtype
+        params = hf_to_megatron({k: v.float() for k, v in hf.items()}, self.shape,
+                                self.tp_rank, self.tp)
+        self.model = self._build(params)
+        self.reference = None
+        if self.config.kl_coef > 0:
+            self.reference = self._build(params).eval().requires_grad_(False)
+        del hf, params
+        self._build_optimizer()
+
+    def _build(self, params: dict[str, torch.Tensor]) -> torch.nn.Module:
+        model = build_gpt_model(self.hf_config, self.tp)
+        _load_params(model, params, f"model {self.model_dir} (tp rank {self.tp_rank})")
+        return model.to(self.device)
+
+    def _build_optimizer(self) -> None:
+        from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+        from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+        from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+
+        cfg = self.config
+        self.ddp = DistributedDataParallel(
+            self.model.config,
+            DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=False,
+                                          use_distributed_optimizer=False),
+            self.model)
+        self.optimizer = get_megatron_optimizer(
+            OptimizerConfig(optimizer="adam", lr=cfg.lr, min_lr=cfg.min_lr,
+                            weight_decay=cfg.weight_decay, adam_beta1=cfg.adam_beta1,
+                            adam_beta2=cfg.adam_beta2, adam_eps=cfg.adam_eps,
+                            clip_grad=cfg.grad_clip, params_dtype=torch.float32),
+            [self.ddp])
+        decay_steps = cfg.lr_decay_steps or cfg.warmup_steps + 1
+        self.scheduler = OptimizerParamScheduler(
+            self.optimizer, init_lr=0.0, max_lr=cfg.lr, min_lr=cfg.min_lr,
+            lr_warmup_steps=cfg.warmup_steps, lr_decay_steps=decay_steps,
+            lr_decay_style=cfg.lr_decay_style, start_wd=cfg.weight_decay,
+            end_wd=cfg.weight_decay, wd_incr_steps=decay_steps, wd_incr_style="constant")
+        self.steps = 0
+
+    def _on_device(self, batch: MicroBatch) -> MicroBatch:
+        return MicroBatch(*(t.to(self.device) for t in (
+            batch.input_ids, batch.position_ids, batch.targets, batch.old_logprobs,
+            batch.advantages, batch.mask)))
+
+    def train_step(self, items: list[TrainItem], total_tokens: float) -> dict[str, float]:
+        """One optimizer step over this rank's ``items``; returns sums and the step's scalars.
+
+        ``total_tokens`` is the number of trained tokens over all data-parallel ranks: the loss
+        is a token mean over the whole step. Megatron DDP averages gradients over the ranks,
+        hence the factor ``dp``.
+        """
+        cfg = self.config
+        start = time.perf_counter()
+        self.ddp.train()
+        self.ddp.zero_grad_buffer()
+        self.optimizer.zero_grad()
+        sums: dict[str, float] = defaultdict(float)
+        scale = self.dp / total_tokens
+        for batch in micro_batches(items, cfg.micro_batch_size):
+            batch = self._on_device(batch)
+            logits = self.ddp(batch.input_ids, batch.position_ids, None)
+            logprobs, entropy = token_logprobs(logits, batch.targets, cfg.temperature)
+            ref_logprobs = None
+            if self.reference is not None:
+                with torch.no_grad():
+                    ref_logits = self.reference(batch.input_ids, batch.position_ids, None)
+                    ref_logprobs, _ = token_logprobs(ref_logits, batch.targets, cfg.temperature)
+            terms = ppo_clip_loss(
+                logprobs, batch.old_logprobs, batch.advantages, batch.mask,
+                clip_eps=cfg.clip_eps, entropy=entropy if cfg.entropy_coef else entropy.detach(),
+                entropy_coef=cfg.entropy_coef, ref_logprobs=ref_logprobs, kl_coef=cfg.kl_coef)
+            (terms.loss * scale).backward()
+            sums["loss"] += float(terms.loss.detach())
+            for key in ("policy_loss", "kl", "entropy", "clip_fraction", "logprob_mismatch",
+                        "tokens"):
+                sums[key] += getattr(terms, key)
+        self.ddp.finish_grad_sync()
+        self.scheduler.step(1)
+        updated, grad_norm, _ = self.optimizer.step()
+        self.steps += 1
+        return {**sums, "grad_norm": float(grad_norm if grad_norm is not None else 0.0),
+                "lr": float(self.optimizer.param_groups[0]["lr"]),
+                "update_skipped": float(not updated),
+                "step_time": time.perf_counter() - start}
+
+    @torch.no_grad()
+    def logprobs(self, items: list[TrainItem]) -> list[list[float]]:
+        """Current-policy logprobs of each item's response tokens (engine definition)."""
+        self.ddp.eval()
+        out = []
+        for item in items:
+            batch = self._on_device(collate([item]))
+            logits = self.ddp(batch.input_ids, batch.position_ids, None)
+            chosen, _ = token_logprobs(logits, batch.targets, self.config.temperature)
+            out.append(chosen[0, item.prompt_len - 1: len(item.tokens) - 1].cpu().tolist())
+        return out
+
+    @torch.no_grad()
+    def export_hf(self, out_dir: str) -> str | None:
+        """Gather the tensor-parallel shards; global rank 0 writes the HF folder.
+
+        Every rank must call this (the gather is a collective of the first data-parallel
+        replica); ranks other than 0 return None.
+        """
+        import torch.distributed as dist
+        from megatron.core import parallel_state
+
+        if self.dp_rank != 0:
+            return None
+        group = parallel_state.get_tensor_model_parallel_group()
+        shards: list[dict[str, torch.Tensor]] = [{} for _ in range(self.tp)]
+        for name, param in self.model.named_parameters():
+            parts = [torch.empty_like(param) for _ in range(self.tp)]
+            dist.all_gather(parts, param.detach().contiguous(), group=group)
+            for rank, part in enumerate(parts):
+                shards[rank][name] = part.cpu()
+        if self.rank != 0:
+            return None
+        tensors = megatron_to_hf(shards, self.shape)
+        tensors = {k: v.to(self.export_dtype) for k, v in tensors.items()}
+        return str(write_hf_folder(out_dir, tensors, self.model_dir))
+
+    def shutdown(self) -> None:
+        """Leave the process group."""
+        import torch.distributed as dist
+        from megatron.core import parallel_state
+
+        parallel_state.destroy_model_parallel()
+        if dist.is_initialized():
+            dist.destroy_process_group()
