@@ -1,0 +1,193 @@
+"""The Renderer-to-SGLang bridge: vLLM-style generate requests served by a rollyard transport.
+
+:class:`Bridge` holds the one translation (:mod:`rollyard_verifiers.translate`) and the
+transport; it has two faces. :class:`BridgeClient` is the duck-typed client object that
+``renderers.client.generate`` (verifiers 0.2.x ``TrainClient``) calls directly, and
+:class:`BridgeServer` serves the same bridge on loopback HTTP for clients built from a base
+URL (verifiers >= 0.3). The bridge also remembers, per session id (verifiers sends the trace
+id as ``X-Session-ID``), the weight versions that served it and any engine failure, so that
+samples can carry them.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rollyard import EngineAborted, Transport, TransportError
+
+from rollyard_verifiers.translate import (
+    BridgeError,
+    EngineResultError,
+    build_choice,
+    translate_request,
+)
+
+GENERATE_PATH = "/inference/v1/generate"
+MODELS_PATH = "/v1/models"
+SESSION_HEADER = "X-Session-ID"
+
+
+@dataclass
+class SessionRecord:
+    """What the engines did for one session (one verifiers trace)."""
+
+    weight_versions: list[int] = field(default_factory=list)
+    aborted: str | None = None
+    failed: str | None = None
+
+
+class Bridge:
+    """Translates one generate request, sends it through ``transport``, translates back."""
+
+    def __init__(self, transport: Transport, model: str = "rollyard",
+                 max_model_len: int | None = None) -> None:
+        self.transport = transport
+        self.model = model
+        self.max_model_len = max_model_len
+        self._sessions: dict[str, SessionRecord] = {}
+
+    def models(self) -> dict[str, Any]:
+        """The ``GET /v1/models`` payload; ``max_model_len`` lets renderers pre-check prompts."""
+        card: dict[str, Any] = {"id": self.model, "object": "model"}
+        if self.max_model_len is not None:
+            card["max_model_len"] = self.max_model_len
+        return {"object": "list", "data": [card]}
+
+    async def generate(self, body: Mapping[str, Any],
+                       session_id: str | None = None) -> dict[str, Any]:
+        """The vLLM response for ``body``. Raises :class:`BridgeError` for a request or result
+        that cannot cross, :class:`rollyard.EngineAborted` for an engine abort and
+        :class:`rollyard.TransportError` when the engine cannot be reached."""
+        request = translate_request(body, session_id, self.max_model_len)
+        record = self._sessions.setdefault(session_id, SessionRecord()) if session_id else None
+        try:
+            result = await self.transport.generate(request)
+        except EngineAborted as exc:
+            if record is not None:
+                record.aborted = str(exc)
+            raise
+        except TransportError as exc:
+            if record is not None:
+                record.failed = str(exc)
+            raise
+        try:
+            choice = build_choice(result)
+        except EngineResultError as exc:
+            if record is not None:
+                record.failed = str(exc)
+            raise
+        if record is not None:
+            record.weight_versions.append(result.weight_version)
+        return {"request_id": f"rollyard-{uuid.uuid4().hex}", "choices": [choice]}
+
+    def pop_session(self, session_id: str) -> SessionRecord:
+        """Forget and return what was recorded for ``session_id`` (empty if nothing)."""
+        return self._sessions.pop(session_id, None) or SessionRecord()
+
+
+@dataclass
+class RawResponse:
+    """What ``renderers`` reads from a ``post(..., cast_to=httpx.Response)``: the body bytes."""
+
+    content: bytes
+
+
+class BridgeClient:
+    """The duck-typed OpenAI-client face: ``base_url``, ``get`` and ``post`` as ``renderers``
+    and verifiers 0.2.x's ``TrainClient`` call them, answered in-process by a bridge."""
+
+    def __init__(self, bridge: Bridge, base_url: str = "http://rollyard-bridge/v1") -> None:
+        self.bridge = bridge
+        self.base_url = base_url
+
+    async def get(self, path: str, cast_to: Any = None, **_: Any) -> dict[str, Any]:
+        if path.rstrip("/").split("/")[-1] != "models":
+            raise BridgeError(f"GET {path!r}: the bridge serves only /models")
+        return self.bridge.models()
+
+    async def post(self, path: str, cast_to: Any = None, body: Mapping[str, Any] | None = None,
+                   options: Mapping[str, Any] | None = None, **_: Any) -> RawResponse:
+        if not str(path).rstrip("/").endswith(GENERATE_PATH):
+            raise BridgeError(f"POST {path!r}: the bridge serves only {GENERATE_PATH}")
+        headers = {k.lower(): v for k, v in ((options or {}).get("headers") or {}).items()}
+        response = await self.bridge.generate(body or {}, headers.get(SESSION_HEADER.lower()))
+        return RawResponse(json.dumps(response).encode())
+
+    async def close(self) -> None:
+        """Nothing to release: the transport belongs to the run."""
+
+
+class BridgeServer:
+    """The HTTP face: ``POST /inference/v1/generate`` and ``GET /v1/models`` on loopback.
+
+    Use as ``async with BridgeServer(bridge) as server: server.base_url``. Errors come back
+    as JSON ``{"error": {"type", "message"}}``: 400 for a request the bridge refuses, 502 for
+    an unreachable engine or an unusable result, 503 for an engine abort.
+    """
+
+    def __init__(self, bridge: Bridge, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.bridge = bridge
+        self.host = host
+        self.port = port
+        self._runner: Any = None
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI-style base URL (ending in ``/v1``) clients are configured with."""
+        return f"http://{self.host}:{self.port}/v1"
+
+    async def start(self) -> None:
+        from aiohttp import web
+
+        app = web.Application(client_max_size=256 * 1024**2)
+        app.router.add_post(GENERATE_PATH, self._generate)
+        app.router.add_get(MODELS_PATH, self._models)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # the bound port when 0 was asked
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> BridgeServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def _models(self, request: Any) -> Any:
+        from aiohttp import web
+
+        return web.json_response(self.bridge.models())
+
+    async def _generate(self, request: Any) -> Any:
+        from aiohttp import web
+
+        def error(status: int, kind: str, exc: Exception) -> Any:
+            return web.json_response({"error": {"type": kind, "message": str(exc)}},
+                                     status=status)
+
+        try:
+            body = await request.json()
+        except ValueError as exc:
+            return error(400, "invalid_request", BridgeError(f"request body is not JSON: {exc}"))
+        try:
+            response = await self.bridge.generate(body, request.headers.get(SESSION_HEADER))
+        except EngineResultError as exc:
+            return error(502, "engine_result_invalid", exc)
+        except BridgeError as exc:
+            return error(400, "invalid_request", exc)
+        except EngineAborted as exc:
+            return error(503, "engine_aborted", exc)
+        except TransportError as exc:
+            return error(502, "engine_error", exc)
+        return web.json_response(response)

@@ -1,0 +1,86 @@
+"""Load a verifiers (>= 0.4) environment by id, ready to run offline from the project's venv.
+
+Three things verifiers does not do by itself here:
+
+* Taskset ids are importable module names, but verifiers looks a dotted id up as
+  ``verifiers.v1.tasksets.<id>`` first, which fails on the missing parent package. A dotted
+  id (``rollyard_codegolf.verifiers_env``) is therefore registered under that namespace too.
+* The ``null`` harness runs its chat program through ``uv``. ``uv`` is a dependency of this
+  distribution, so it sits in this venv's scripts folder, which is put first on the harness's
+  ``PATH``; the Python interpreter is pinned to this one (no downloads).
+* ``scripts/install.d/verifiers.sh`` builds a PEP 503 index of the chat program's wheels in
+  ``<venv>/share/rollyard-verifiers/simple``; when present, ``uv`` resolves from it only.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import sysconfig
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+TASKSET_NAMESPACE = "verifiers.v1.tasksets"
+OFFLINE_INDEX = Path(sys.prefix) / "share" / "rollyard-verifiers" / "simple"
+
+
+def register_taskset_id(env_id: str) -> str:
+    """Make ``env_id`` loadable by verifiers and return it. Dotted ids are imported here and
+    aliased (with their parent packages) under verifiers' taskset namespace."""
+    if "." not in env_id:
+        return env_id
+    try:
+        importlib.import_module(env_id)
+    except ImportError as exc:
+        raise ModuleNotFoundError(f"verifiers environment {env_id!r} is not importable: "
+                                  f"{exc}") from exc
+    parts = env_id.split(".")
+    for depth in range(1, len(parts) + 1):
+        name = ".".join(parts[:depth])
+        sys.modules.setdefault(f"{TASKSET_NAMESPACE}.{name}", sys.modules[name])
+    return env_id
+
+
+def harness_env() -> dict[str, str]:
+    """Variables for harness programs: this venv's ``uv`` and Python, the offline index."""
+    scripts = sysconfig.get_path("scripts")
+    env = {
+        "PATH": os.pathsep.join([scripts, os.environ.get("PATH", "")]),
+        "UV_PYTHON": sys.executable,
+        "UV_PYTHON_DOWNLOADS": "never",
+    }
+    if (OFFLINE_INDEX / "index.html").is_file():
+        env["UV_DEFAULT_INDEX"] = OFFLINE_INDEX.as_uri()
+    return env
+
+
+def env_config(env_id: str, overrides: Mapping[str, Any] | None = None,
+               max_turns: int | None = None) -> dict[str, Any]:
+    """The raw verifiers env config: the taskset, the ``null`` harness with :func:`harness_env`
+    in the local ``subprocess`` runtime, then ``overrides`` merged in depth."""
+    agent: dict[str, Any] = {"harness": {"id": "null", "env": harness_env()},
+                             "runtime": {"type": "subprocess"}}
+    if max_turns is not None:
+        agent["max_turns"] = max_turns
+    return deep_merge({"taskset": {"id": env_id}, "agent": agent}, overrides or {})
+
+
+def deep_merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``extra`` merged into it, nested mappings merged key by key."""
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def load_environment(config: Mapping[str, Any]) -> Any:
+    """The verifiers ``Env`` for a raw config from :func:`env_config`."""
+    import verifiers.v1 as vf
+
+    register_taskset_id(config["taskset"]["id"])
+    return vf.load_environment(vf.resolve_env_config(dict(config)))

@@ -1,0 +1,215 @@
+"""The ``verifiers`` rollout: any verifiers environment, its episodes served by rollyard engines.
+
+The environment owns its tasks and scores its own traces (``default_rewards`` is empty).
+Model calls leave verifiers through its train client, reach the bridge's loopback server and
+go to the engines through the run's transport; every trace becomes one Sample per branch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+from rollyard import Rollout, RolloutContext, RolloutError, Sample, SampleStatus, Task
+
+from rollyard_verifiers.bridge import Bridge, BridgeServer
+from rollyard_verifiers.environment import deep_merge, env_config, load_environment
+from rollyard_verifiers.samples import EnvironmentMetrics, trace_samples
+from rollyard_verifiers.serving import SharedContext
+
+DEFAULT_CONCURRENCY = 32
+
+
+class VerifiersRollout(Rollout):
+    """Runs the verifiers environment named by ``--verifiers-env``."""
+
+    name: ClassVar[str] = "verifiers"
+    default_rewards: ClassVar[dict[str, float]] = {}
+
+    def __init__(self, context: RolloutContext) -> None:
+        super().__init__(context)
+        options = context.options
+        self.env_id: str = options.get("env") or ""
+        if not self.env_id:
+            raise RolloutError("no environment given: pass --verifiers-env ID (an importable "
+                               "verifiers taskset package)", plugin=self.name)
+        self.concurrency = int(options.get("concurrency") or DEFAULT_CONCURRENCY)
+        self.max_tasks: int | None = options.get("max_tasks")
+        self.renderer_dir = _tokenizer_dir(context.tokenizer)
+        self.bridge = Bridge(context.transport, model=Path(self.renderer_dir).name,
+                             max_model_len=_context_length(self.renderer_dir))
+        self._configs = {
+            "train": env_config(self.env_id, _json_option(options, "env_config"),
+                                options.get("max_turns")),
+        }
+        self._configs["eval"] = deep_merge(self._configs["train"],
+                                           _json_option(options, "eval_config"))
+        self._envs: dict[str, Any] = {}
+        self._tasks: dict[str, tuple[str, Any]] = {}
+        self._shared = {split: SharedContext(self._opener(split)) for split in self._configs}
+        self._semaphore: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
+        self._metrics = EnvironmentMetrics()
+
+    # ------------------------------------------------------------------ tasks
+
+    def tasks(self, split: str) -> Sequence[Task]:
+        """The environment's own tasks; ``eval`` applies ``--verifiers-eval-config``."""
+        env = self._env(split)
+        view = env.taskset if self.max_tasks is None else env.taskset.take(self.max_tasks)
+        if getattr(env.taskset, "INFINITE", False) and self.max_tasks is None:
+            raise RolloutError(f"taskset {self.env_id!r} is infinite; bound it with "
+                               "--verifiers-max-tasks", plugin=self.name)
+        tasks = []
+        for vf_task in view:
+            data = vf_task.data
+            task_id = str(data.id if data.id is not None else data.idx)
+            self._tasks[f"{split}/{task_id}"] = (split, vf_task)
+            tasks.append(Task(id=task_id, prompt=_prompt(data),
+                              data={"split": split, "verifiers_key": vf_task.key}))
+        return tasks
+
+    def _env(self, split: str) -> Any:
+        if split not in self._configs:
+            raise RolloutError(f"unknown split {split!r}; expected one of "
+                               f"{sorted(self._configs)}", plugin=self.name)
+        if split not in self._envs:
+            try:
+                self._envs[split] = load_environment(self._configs[split])
+            except Exception as exc:
+                raise RolloutError(f"loading verifiers environment {self.env_id!r} failed: "
+                                   f"{type(exc).__name__}: {exc}", plugin=self.name) from exc
+        return self._envs[split]
+
+    # ------------------------------------------------------------------ episodes
+
+    async def run_group(self, task: Task, n: int) -> list[Sample]:
+        """``n`` episodes of ``task`` under the concurrency bound, one Sample per branch."""
+        split = task.data.get("split", "train") if isinstance(task.data, dict) else "train"
+        found = self._tasks.get(f"{split}/{task.id}")
+        if found is None:
+            self.tasks(split)
+            found = self._tasks.get(f"{split}/{task.id}")
+        if found is None:
+            raise RolloutError("task is not one of the environment's tasks",
+                               plugin=self.name, task_id=task.id)
+        env = self._env(split)
+        group_id = f"{task.id}/{uuid.uuid4().hex[:8]}"
+        async with self._shared[split].use() as model_context:
+            slots = env.slots(found[1], n)
+            episodes = await asyncio.gather(
+                *(env.run_slot(slot, model_context, semaphore=self._bound()) for slot in slots),
+                return_exceptions=True)
+        samples: list[Sample] = []
+        for episode in episodes:
+            samples.extend(self._episode_samples(episode, task.id, group_id))
+        return samples
+
+    def _episode_samples(self, episode: Any, task_id: str, group_id: str) -> list[Sample]:
+        if isinstance(episode, BaseException):
+            return [_failed(task_id, group_id, f"episode raised {type(episode).__name__}: "
+                                               f"{episode}")]
+        if not episode.traces:
+            reason = "; ".join(f"{e.type}: {e.message}" for e in episode.errors)
+            return [_failed(task_id, group_id, reason or "episode produced no trace")]
+        samples = []
+        for trace in episode.traces:
+            produced = trace_samples(trace, self.bridge.pop_session(trace.id), task_id,
+                                     group_id)
+            self._metrics.add(trace, produced)
+            samples.extend(produced)
+        return samples
+
+    def _bound(self) -> asyncio.Semaphore:
+        loop = asyncio.get_running_loop()
+        if self._semaphore is None or self._semaphore[0] is not loop:
+            self._semaphore = (loop, asyncio.Semaphore(self.concurrency))
+        return self._semaphore[1]
+
+    def _opener(self, split: str) -> Any:
+        @contextlib.asynccontextmanager
+        async def open_context() -> AsyncIterator[Any]:
+            env = self._env(split)
+            async with BridgeServer(self.bridge) as server, env.serving():
+                yield self._model_context(server.base_url)
+        return open_context
+
+    def _model_context(self, base_url: str) -> Any:
+        import verifiers.v1 as vf
+        from renderers import DefaultRendererConfig
+
+        sampling = self.context.sampling
+        knobs: dict[str, Any] = {}
+        if sampling is not None:
+            knobs = {"temperature": sampling.temperature, "top_p": sampling.top_p,
+                     "max_tokens": sampling.max_new_tokens}
+            if sampling.top_k not in (-1, 0):
+                knobs["top_k"] = sampling.top_k
+        client = vf.TrainClientConfig(base_url=base_url, api_key_var="ROLLYARD_BRIDGE_KEY",
+                                      renderer=DefaultRendererConfig(),
+                                      renderer_model_name=self.renderer_dir)
+        return vf.ModelContext(model=self.bridge.model, client=client,
+                               sampling=vf.SamplingConfig(**knobs))
+
+    def metrics(self) -> dict[str, float]:
+        """``verifiers/reward_mean``, ``error_rate``, ``truncated_rate``, ``num_turns_mean``
+        over the traces finished since the last call."""
+        metrics, self._metrics = self._metrics.summary(), EnvironmentMetrics()
+        return metrics
+
+
+def _failed(task_id: str, group_id: str, reason: str) -> Sample:
+    return Sample(tokens=[], prompt_len=0, loss_mask=[], logprobs=[],
+                  status=SampleStatus.FAILED, task_id=task_id, group_id=group_id,
+                  metadata={"failure": reason, "completion": ""})
+
+
+def _prompt(data: Any) -> list[dict[str, Any]] | str:
+    """The task's prompt as rollyard shows it: plain text, or chat messages as dicts."""
+    prompt = data.prompt if data.prompt is not None else ""
+    if not isinstance(prompt, str):
+        prompt = [m.model_dump(exclude_none=True) if hasattr(m, "model_dump") else dict(m)
+                  for m in prompt]
+    if data.system_prompt:
+        user = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+        return [{"role": "system", "content": data.system_prompt}, *user]
+    return prompt
+
+
+def _tokenizer_dir(tokenizer: Any) -> str:
+    path = getattr(tokenizer, "name_or_path", "") or ""
+    if not Path(path).is_dir():
+        raise RolloutError(f"the run's tokenizer was not loaded from a local folder "
+                           f"(name_or_path={path!r}); verifiers renders prompts with it and "
+                           "must load it offline", plugin=VerifiersRollout.name)
+    return str(Path(path).resolve())
+
+
+def _context_length(model_dir: str) -> int | None:
+    """``max_position_embeddings`` from the model's config.json, when there is one."""
+    config = Path(model_dir) / "config.json"
+    if not config.is_file():
+        return None
+    value = json.loads(config.read_text()).get("max_position_embeddings")
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def _json_option(options: dict[str, Any], name: str) -> dict[str, Any]:
+    raw = options.get(name)
+    if raw in (None, ""):
+        return {}
+    if isinstance(raw, dict):
+        return raw
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise RolloutError(f"--verifiers-{name.replace('_', '-')} is not JSON: {exc}",
+                           plugin=VerifiersRollout.name) from exc
+    if not isinstance(value, dict):
+        raise RolloutError(f"--verifiers-{name.replace('_', '-')} must be a JSON object",
+                           plugin=VerifiersRollout.name)
+    return value
