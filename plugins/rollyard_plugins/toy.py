@@ -9,16 +9,23 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from rollyard import Rollout, Sample, Task, hookimpl
+from rollyard import ConfigError, Rollout, Sample, Task, hookimpl
 
 ALPHABET = "abcde"
 EVAL_SHARE = 0.2
 OPERATIONS = {"copy": lambda s: s, "reverse": lambda s: s[::-1]}
 
 
+def distinct_words(min_len: int = 2, max_len: int = 4) -> int:
+    """How many different words of these lengths ALPHABET spells."""
+    return sum(len(ALPHABET) ** n for n in range(min_len, max_len + 1))
+
+
 def make_tasks(operation: str, count: int, seed: int, min_len: int = 2,
                max_len: int = 4) -> list[Task]:
     """Deterministic tasks: ``count`` distinct strings over ALPHABET and their answers."""
+    if count > distinct_words(min_len, max_len):
+        raise ValueError(f"only {distinct_words(min_len, max_len)} distinct words exist")
     rng = random.Random(f"{operation}-{seed}")
     words: dict[str, None] = {}
     while len(words) < count:
@@ -39,10 +46,11 @@ class StringOperationRollout(Rollout):
         super().__init__(context)
         operation = self.context.options.get("operation") or "copy"
         if operation not in OPERATIONS:
-            from rollyard import ConfigError
-
             raise ConfigError(f"--toy-operation {operation!r}: choose one of {sorted(OPERATIONS)}")
         count = int(self.context.options.get("num_tasks") or 200)
+        if not 2 <= count <= distinct_words():
+            raise ConfigError(f"--toy-num-tasks {count}: choose 2..{distinct_words()} (both "
+                              f"splits need a task; there are only so many words)")
         all_tasks = make_tasks(operation, count, seed=int(self.context.config.get("seed", 0)))
         cut = int(len(all_tasks) * (1 - EVAL_SHARE))
         self._splits = {"train": all_tasks[:cut], "eval": all_tasks[cut:]}
