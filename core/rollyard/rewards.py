@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping
 
 from rollyard.interfaces import Reward
@@ -31,16 +32,26 @@ class RewardSet:
                 scores = await reward.score_group(usable, task)
                 if len(scores) != len(usable):
                     raise ValueError(f"returned {len(scores)} scores for {len(usable)} samples")
+                components = [_components(name, score) for score in scores]
             except Exception as exc:  # a reward bug fails the samples, not the run
                 for sample in usable:
                     sample.status = SampleStatus.FAILED
                     sample.reward = 0.0
                     sample.metadata["failure"] = f"reward {name!r} raised {exc!r}"
                 return
-            for i, (sample, score) in enumerate(zip(usable, scores)):
-                parts = ({name: float(score)} if not isinstance(score, dict)
-                         else {f"{name}/{k}": float(v) for k, v in score.items()})
+            for i, (sample, parts) in enumerate(zip(usable, components)):
                 sample.rewards.update(parts)
                 totals[i] += self.weights[name] * sum(parts.values())
         for sample, total in zip(usable, totals):
             sample.reward = total if math.isfinite(total) else 0.0
+
+
+def _components(name: str, score: float | dict[str, float]) -> dict[str, float]:
+    """A score as named finite floats; anything else is a bug of the reward that returned it."""
+    parts = {f"{name}/{key}": value for key, value in score.items()} if isinstance(score, dict) \
+        else {name: score}
+    for value in parts.values():
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) \
+                or not math.isfinite(value):
+            raise ValueError(f"returned {value!r}; scores must be finite numbers")
+    return {key: float(value) for key, value in parts.items()}

@@ -119,3 +119,32 @@ def test_empty_reward_set_leaves_samples_alone():
     assert not rewards
     [s] = score(rewards, [sample(2)])
     assert s.rewards == {} and s.reward == 0.0 and s.status is SampleStatus.COMPLETED
+
+
+class Unusable(Reward):
+    """Scores the first sample NaN and the second with a string."""
+
+    name = "unusable"
+
+    async def score_group(self, samples: list[Sample], task: Task) -> list:
+        return [{"ok": 1.0, "bad": float("nan")}, "high"]
+
+
+def test_non_numeric_or_non_finite_scores_fail_the_samples():
+    samples = score(make_set({}, Unusable), [sample(1), sample(2)])
+    assert all(s.status is SampleStatus.FAILED for s in samples)
+    assert samples[0].metadata["failure"] == ("reward 'unusable' raised ValueError('returned "
+                                              "nan; scores must be finite numbers')")
+
+
+def test_numpy_scores_are_accepted():
+    import numpy as np
+
+    class NumpyScore(Reward):
+        name = "numpy"
+
+        async def score(self, sample: Sample, task: Task) -> float:
+            return np.float32(0.5)
+
+    [s] = score(make_set({}, NumpyScore), [sample(1)])
+    assert s.rewards == {"numpy": 0.5} and type(s.rewards["numpy"]) is float
