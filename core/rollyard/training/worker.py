@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import socket
 import time
+import warnings
 from collections import defaultdict
 
 import torch
@@ -60,6 +61,10 @@ class MegatronWorker:
 
     def setup(self, master_addr: str, master_port: int) -> None:
         """Join the process group, build the model from the HF weights, DDP and optimizer."""
+        # megatron-core warns about missing Apex/Transformer Engine and its own deprecations on
+        # every import and layer; in a worker nobody can act on them.
+        warnings.filterwarnings("ignore", category=UserWarning)
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
         import torch.distributed as dist
         from megatron.core import parallel_state
         from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed

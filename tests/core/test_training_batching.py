@@ -1,0 +1,61 @@
+"""Micro-batches: alignment of response data to predicting positions, padding, DP dealing."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from rollyard import ConfigError
+from rollyard.training.batching import (
+    TrainItem, check_item, collate, micro_batches, split_for_data_parallel,
+)
+
+
+def _item(n_prompt: int, n_response: int, advantage: float = 1.0) -> TrainItem:
+    tokens = list(range(10, 10 + n_prompt + n_response))
+    return TrainItem(tokens, n_prompt, [1] * (n_response - 1) + [0],
+                     [-0.1 * (i + 1) for i in range(n_response)], advantage)
+
+
+def test_response_data_sits_at_the_positions_that_predict_it() -> None:
+    item = _item(3, 4, advantage=2.0)
+    batch = collate([item, _item(1, 2)])
+    assert batch.input_ids.shape == (2, 7)
+    # position t predicts token t + 1: response token 0 (position 3) is scored at position 2
+    assert batch.targets[0, 2:6].tolist() == item.tokens[3:7]
+    assert batch.old_logprobs[0, 2:6].tolist() == pytest.approx(item.logprobs)
+    assert batch.mask[0].tolist() == [0, 0, 1, 1, 1, 0, 0]
+    assert batch.advantages[0, 2:6].tolist() == [2.0] * 4 and batch.advantages[0, :2].sum() == 0
+    assert batch.position_ids[1].tolist() == list(range(7))
+
+
+def test_padding_is_on_the_right_and_never_trained() -> None:
+    batch = collate([_item(2, 5), _item(1, 2)])
+    assert batch.input_ids[1, 3:].tolist() == [0] * 4
+    assert batch.mask[1, 2:].sum() == 0 and batch.old_logprobs[1, 2:].sum() == 0
+
+
+def test_micro_batches_respect_the_size_and_keep_every_item() -> None:
+    items = [_item(2, n) for n in (5, 1, 3, 2, 4)]
+    batches = micro_batches(items, micro_batch_size=2)
+    assert [len(b) for b in batches] == [2, 2, 1]
+    assert sum(int(b.mask.sum()) for b in batches) == sum(sum(i.loss_mask) for i in items)
+    # sorted by length: the first micro-batch is the narrowest
+    assert batches[0].input_ids.shape[1] <= batches[-1].input_ids.shape[1]
+
+
+def test_data_parallel_split_balances_tokens_and_loses_nothing() -> None:
+    items = [_item(2, n) for n in (8, 1, 1, 1, 1, 1, 1, 6)]
+    shares = split_for_data_parallel(items, 2)
+    assert sorted(id(i) for share in shares for i in share) == sorted(id(i) for i in items)
+    loads = [sum(len(i.tokens) for i in share) for share in shares]
+    assert abs(loads[0] - loads[1]) <= 3
+    assert split_for_data_parallel(items[:1], 3)[1:] == [[], []]
+
+
+def test_items_that_cannot_be_trained_are_rejected_with_their_place() -> None:
+    with pytest.raises(ConfigError, match="task 't7'.*prompt_len is 0"):
+        check_item(TrainItem([1, 2], 0, [1, 1], [-1.0, -1.0], 0.0), "task 't7'", 16)
+    with pytest.raises(ConfigError, match="5 tokens exceed.*max_position_embeddings=4"):
+        check_item(_item(2, 3), "task 't8'", 4)
+    check_item(_item(2, 3), "task 't9'", 5)
+    assert torch.is_tensor(collate([_item(1, 1)]).mask)

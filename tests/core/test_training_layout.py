@@ -1,0 +1,77 @@
+"""Bad training layouts fail with a ConfigError naming the problem, before any process starts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from rollyard import ConfigError
+from rollyard.training import TrainConfig, TrainGroup, check_layout
+
+QWEN3 = {"model_type": "qwen3", "hidden_size": 64, "intermediate_size": 128,
+         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+         "head_dim": 16, "vocab_size": 512, "rms_norm_eps": 1e-6, "hidden_act": "silu",
+         "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}}
+
+
+def _model_dir(tmp_path: Path, **changes: object) -> str:
+    (tmp_path / "config.json").write_text(json.dumps({**QWEN3, **changes}))
+    return str(tmp_path)
+
+
+def test_a_valid_layout_passes(tmp_path: Path) -> None:
+    check_layout(_model_dir(tmp_path), TrainConfig(global_batch_size=8), tp=2, dp=2, cpus=4)
+
+
+@pytest.mark.parametrize(("tp", "message"), [
+    (3, "tensor parallel size 3 does not divide num_attention_heads=4"),
+    (4, "tensor parallel size 4 does not divide num_key_value_heads=2"),
+])
+def test_tensor_parallel_must_divide_heads(tmp_path: Path, tp: int, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        check_layout(_model_dir(tmp_path), TrainConfig(), tp=tp, dp=1)
+
+
+def test_data_parallel_must_divide_the_batch(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="data parallel size 3 does not divide the batch of 8"):
+        check_layout(_model_dir(tmp_path), TrainConfig(global_batch_size=8), tp=1, dp=3)
+
+
+def test_more_ranks_than_cpus(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"needs 4 ranks \(tp=2 x dp=2\).*only 2 CPUs"):
+        check_layout(_model_dir(tmp_path), TrainConfig(), tp=2, dp=2, cpus=2)
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"model_type": "mixtral"}, "model_type 'mixtral' is not supported"),
+    ({"attention_bias": True}, "attention_bias=true is not supported"),
+    ({"hidden_act": "gelu"}, "hidden_act 'gelu' is not supported"),
+    ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5}}, "rope type 'llama3'"),
+])
+def test_unsupported_models_are_named(tmp_path: Path, changes: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        check_layout(_model_dir(tmp_path, **changes), TrainConfig(), tp=1, dp=1)
+
+
+@pytest.mark.parametrize(("config", "message"), [
+    (TrainConfig(lr=0.0), "TrainConfig.lr is 0.0; it must be positive"),
+    (TrainConfig(clip_eps=-0.1), "TrainConfig.clip_eps is -0.1"),
+    (TrainConfig(temperature=float("nan")), "TrainConfig.temperature is nan"),
+    (TrainConfig(lr_decay_style="cosine"), "needs lr_decay_steps"),
+    (TrainConfig(lr_decay_style="step", lr_decay_steps=10), "lr_decay_style is 'step'"),
+])
+def test_bad_train_config_fields_are_named(tmp_path: Path, config: TrainConfig,
+                                           message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        check_layout(_model_dir(tmp_path), config, tp=1, dp=1)
+
+
+def test_a_folder_without_config_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no config.json"):
+        check_layout(str(tmp_path), TrainConfig(), tp=1, dp=1)
+
+
+def test_train_group_checks_cpus_of_the_ray_cluster(tmp_path: Path, ray_session) -> None:  # noqa: ANN001
+    with pytest.raises(ConfigError, match="only 2 CPUs"):
+        TrainGroup(_model_dir(tmp_path), TrainConfig(), tp=2, dp=2)
