@@ -46,7 +46,7 @@ def test_token_logprobs_use_the_engine_definition() -> None:
     assert torch.allclose(entropy, -(manual.exp() * manual).sum(-1))
 
 
-def _loss(logprobs, old, adv, mask, **kw):  # noqa: ANN001, ANN202 - test shorthand
+def _loss(logprobs, old, adv, mask, **kw):
     return ppo_clip_loss(torch.tensor([logprobs], requires_grad=True), torch.tensor([old]),
                          torch.tensor([adv]), torch.tensor([mask]), clip_eps=0.2, **kw)
 

@@ -6,7 +6,11 @@ import pytest
 import torch
 from rollyard import ConfigError
 from rollyard.training.batching import (
-    TrainItem, check_item, collate, micro_batches, split_for_data_parallel,
+    TrainItem,
+    check_item,
+    collate,
+    micro_batches,
+    split_for_data_parallel,
 )
 
 
@@ -53,9 +57,9 @@ def test_data_parallel_split_balances_tokens_and_loses_nothing() -> None:
 
 
 def test_items_that_cannot_be_trained_are_rejected_with_their_place() -> None:
-    with pytest.raises(ConfigError, match="task 't7'.*prompt_len is 0"):
+    with pytest.raises(ConfigError, match=r"task .t7.*prompt_len is 0"):
         check_item(TrainItem([1, 2], 0, [1, 1], [-1.0, -1.0], 0.0), "task 't7'", 16)
-    with pytest.raises(ConfigError, match="5 tokens exceed.*max_position_embeddings=4"):
+    with pytest.raises(ConfigError, match=r"5 tokens exceed.*max_position_embeddings=4"):
         check_item(_item(2, 3), "task 't8'", 4)
     check_item(_item(2, 3), "task 't9'", 5)
     assert torch.is_tensor(collate([_item(1, 1)]).mask)

@@ -68,10 +68,10 @@ def test_bad_train_config_fields_are_named(tmp_path: Path, config: TrainConfig,
 
 
 def test_a_folder_without_config_is_named(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="no config.json"):
+    with pytest.raises(ConfigError, match=r"no config\.json"):
         check_layout(str(tmp_path), TrainConfig(), tp=1, dp=1)
 
 
-def test_train_group_checks_cpus_of_the_ray_cluster(tmp_path: Path, ray_session) -> None:  # noqa: ANN001
+def test_train_group_checks_cpus_of_the_ray_cluster(tmp_path: Path, ray_session) -> None:
     with pytest.raises(ConfigError, match="only 2 CPUs"):
         TrainGroup(_model_dir(tmp_path), TrainConfig(), tp=2, dp=2)
