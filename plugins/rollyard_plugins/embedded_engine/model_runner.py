@@ -1,0 +1,162 @@
+"""The model and its key/value cache: one batched forward pass over new tokens.
+
+The decoder layers are transformers' own (Llama/Qwen3, float32, SDPA attention); this module
+supplies what transformers' generate would otherwise own: a key/value store with one row
+("slot") per running sequence, explicit positions and an attention mask per row, so that
+sequences of different lengths, admitted at different times, share one forward pass.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from typing import Any
+
+import torch
+
+#: Cache length allocated up front; it doubles as sequences grow (up to the context length).
+INITIAL_CACHE_LEN = 256
+
+
+class SlotKVCache:
+    """Keys and values of every layer, laid out [slot, position, kv_head, head_dim]."""
+
+    def __init__(self, num_layers: int, slots: int, kv_heads: int, head_dim: int,
+                 max_len: int, dtype: torch.dtype) -> None:
+        self.max_len = max_len
+        shape = (slots, min(INITIAL_CACHE_LEN, max_len), kv_heads, head_dim)
+        self.keys = [torch.zeros(shape, dtype=dtype) for _ in range(num_layers)]
+        self.values = [torch.zeros(shape, dtype=dtype) for _ in range(num_layers)]
+
+    @property
+    def capacity(self) -> int:
+        return self.keys[0].shape[1]
+
+    def reserve(self, length: int) -> None:
+        """Make room for positions ``0 .. length-1`` in every slot."""
+        if length <= self.capacity:
+            return
+        if length > self.max_len:
+            raise ValueError(f"sequence length {length} exceeds the context length {self.max_len}")
+        new_len = min(self.max_len, max(length, 2 * self.capacity))
+
+        def grown(t: torch.Tensor) -> torch.Tensor:
+            extra = torch.zeros((t.shape[0], new_len - t.shape[1], *t.shape[2:]), dtype=t.dtype)
+            return torch.cat([t, extra], dim=1)
+
+        self.keys = [grown(t) for t in self.keys]
+        self.values = [grown(t) for t in self.values]
+
+
+class _BatchCacheView:
+    """What transformers' attention layers call ``update`` on during one forward pass."""
+
+    def __init__(self, store: SlotKVCache, slots: torch.Tensor, positions: torch.Tensor,
+                 kv_len: int) -> None:
+        self.store = store
+        self.slots = slots
+        self.slot_rows = slots[:, None].expand_as(positions)
+        self.positions = positions
+        self.kv_len = kv_len
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int,
+               *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        keys, values = self.store.keys[layer_idx], self.store.values[layer_idx]
+        keys[self.slot_rows, self.positions] = key_states.transpose(1, 2)
+        values[self.slot_rows, self.positions] = value_states.transpose(1, 2)
+        return (keys[self.slots, : self.kv_len].transpose(1, 2),
+                values[self.slots, : self.kv_len].transpose(1, 2))
+
+
+class ModelRunner:
+    """Loads a Hugging Face causal LM and runs batched forward passes with a slot KV cache."""
+
+    def __init__(self, model_dir: str | pathlib.Path, max_batch_size: int) -> None:
+        from transformers import AutoModelForCausalLM
+
+        self.model_dir = str(model_dir)
+        self.model = AutoModelForCausalLM.from_pretrained(
+            self.model_dir, dtype=torch.float32, attn_implementation="sdpa").eval()
+        config = self.model.config
+        self.config = config
+        self.vocab_size: int = config.vocab_size
+        self.context_len: int = config.max_position_embeddings
+        self.eos_token_ids: frozenset[int] = _eos_ids(self.model_dir, config)
+        head_dim = getattr(config, "head_dim", None) or (
+            config.hidden_size // config.num_attention_heads)
+        self.cache = SlotKVCache(config.num_hidden_layers, max_batch_size,
+                                 config.num_key_value_heads, head_dim, self.context_len,
+                                 torch.float32)
+
+    @torch.inference_mode()
+    def forward(self, new_tokens: list[list[int]], starts: list[int],
+                slots: list[int]) -> torch.Tensor:
+        """Feed ``new_tokens[b]`` to the sequence in slot ``slots[b]`` at positions
+        ``starts[b]...``; return the logits [B, V] after each row's last new token."""
+        lengths = torch.tensor([len(t) for t in new_tokens])
+        width = int(lengths.max())
+        ids = torch.tensor([t + [0] * (width - len(t)) for t in new_tokens])
+        start = torch.tensor(starts)
+        positions = start[:, None] + torch.arange(width)[None, :]
+        kv_len = int(positions.max()) + 1
+        self.cache.reserve(kv_len)
+        # Row b's query at position p sees keys 0..p of its own slot. Padding queries (past a
+        # row's length) see only their own row too; their outputs are never read and their
+        # cache entries are overwritten before any real query can see them.
+        mask = (torch.arange(kv_len)[None, None, :] <= positions[:, :, None])[:, None]
+        view = _BatchCacheView(self.cache, torch.tensor(slots), positions, kv_len)
+        backbone = self.model.model
+        hidden = backbone.embed_tokens(ids)
+        rotary = backbone.rotary_emb(hidden, positions)
+        for layer in backbone.layers:
+            hidden = layer(hidden, attention_mask=mask, position_ids=positions, cache=view,
+                           position_embeddings=rotary)
+        last = backbone.norm(hidden[torch.arange(len(new_tokens)), lengths - 1])
+        return self.model.lm_head(last)
+
+    def load_weights(self, model_dir: str | pathlib.Path) -> None:
+        """Replace the weights in place with the checkpoint in ``model_dir`` (same shapes).
+
+        Raises ValueError naming the folder and the mismatching tensors.
+        """
+        from safetensors.torch import load_file
+
+        folder = pathlib.Path(model_dir)
+        index = folder / "model.safetensors.index.json"
+        if index.is_file():
+            files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        else:
+            files = ["model.safetensors"]
+        missing_files = [f for f in files if not (folder / f).is_file()]
+        if missing_files:
+            raise ValueError(f"{folder}: no {', '.join(missing_files)}")
+        state: dict[str, torch.Tensor] = {}
+        for name in files:
+            state.update(load_file(str(folder / name)))
+        own = self.model.state_dict()
+        unknown = sorted(set(state) - set(own))
+        absent = sorted(set(own) - set(state))
+        if self.config.tie_word_embeddings and "lm_head.weight" in absent:
+            absent.remove("lm_head.weight")
+        wrong = sorted(k for k in set(state) & set(own) if state[k].shape != own[k].shape)
+        if unknown or absent or wrong:
+            raise ValueError(f"{folder}: checkpoint does not match the served model "
+                             f"(unexpected {unknown[:5]}, missing {absent[:5]}, "
+                             f"wrong shape {wrong[:5]})")
+        with torch.no_grad():
+            for key, tensor in state.items():
+                own[key].copy_(tensor.to(own[key].dtype))
+        self.model_dir = str(folder)
+
+
+def _eos_ids(model_dir: str, config: Any) -> frozenset[int]:
+    """End-of-sequence ids from generation_config.json, else config.json."""
+    ids: Any = None
+    generation = pathlib.Path(model_dir) / "generation_config.json"
+    if generation.is_file():
+        ids = json.loads(generation.read_text()).get("eos_token_id")
+    if ids is None:
+        ids = config.eos_token_id
+    if ids is None:
+        return frozenset()
+    return frozenset([ids] if isinstance(ids, int) else ids)

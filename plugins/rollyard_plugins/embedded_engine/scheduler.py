@@ -1,0 +1,233 @@
+"""Continuous batching: one thread owns the model and steps every running sequence together.
+
+New requests are prefilled as soon as a slot is free and join the running batch at the next
+decode step; finished sequences leave it at once. Weight updates happen between steps: with
+the ``wait`` policy no new sequence starts until the running ones finish, with ``abort`` the
+running ones end with finish reason ``abort``; either way no response mixes two weight
+versions.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from rollyard_plugins.embedded_engine.model_runner import ModelRunner
+from rollyard_plugins.embedded_engine.sampling import SamplingOptions, sample_next
+
+log = logging.getLogger("rollyard.embedded_engine")
+
+WEIGHT_UPDATE_POLICIES = ("wait", "abort")
+#: Most prompt tokens prefilled in one forward pass.
+PREFILL_TOKEN_BUDGET = 8192
+
+
+@dataclass
+class Sequence:
+    """One generation request as the scheduler tracks it."""
+
+    rid: str
+    prompt: list[int]
+    options: SamplingOptions
+    on_done: Callable[[Sequence], None]
+    output: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish_reason: dict[str, Any] | None = None
+    weight_version: str = ""
+    slot: int = -1
+    rng: random.Random = field(default_factory=random.Random)
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def length(self) -> int:
+        return len(self.prompt) + len(self.output)
+
+
+@dataclass
+class _WeightUpdate:
+    model_dir: str
+    weight_version: str
+    abort_running: bool
+    done: Future
+
+
+class Scheduler:
+    """Owns the :class:`ModelRunner`; other threads talk to it only through its inbox."""
+
+    def __init__(self, runner: ModelRunner, max_batch_size: int, weight_version: str = "0",
+                 weight_update_policy: str = "wait") -> None:
+        if weight_update_policy not in WEIGHT_UPDATE_POLICIES:
+            raise ValueError(f"weight update policy {weight_update_policy!r}: expected one of "
+                             f"{list(WEIGHT_UPDATE_POLICIES)}")
+        self.runner = runner
+        self.weight_version = weight_version
+        self.weight_update_policy = weight_update_policy
+        self._inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self._waiting: list[Sequence] = []
+        self._running: list[Sequence] = []
+        self._free_slots = list(range(max_batch_size - 1, -1, -1))
+        self._updates: list[_WeightUpdate] = []
+        self._thread = threading.Thread(target=self._loop, name="engine-scheduler", daemon=True)
+        self._stopped = False
+        #: Counters since start, shown by /get_server_info (how well requests were batched).
+        self.stats = {"decode_steps": 0, "prefill_passes": 0, "generated_tokens": 0,
+                      "max_running": 0}
+
+    # ------------------------------------------------------------------ other threads
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._inbox.put(("stop", None))
+        self._thread.join(timeout=30)
+
+    def submit(self, seq: Sequence) -> None:
+        if seq.options.seed is not None:
+            seq.rng = random.Random(seq.options.seed)
+        self._inbox.put(("generate", seq))
+
+    def abort(self, rid: str | None) -> None:
+        """Abort request ``rid``, or every request when ``rid`` is None."""
+        self._inbox.put(("abort", rid))
+
+    def update_weights(self, model_dir: str, weight_version: str,
+                       abort_running: bool | None = None) -> Future:
+        """Load ``model_dir`` between steps; the future resolves to (success, message)."""
+        if abort_running is None:
+            abort_running = self.weight_update_policy == "abort"
+        done: Future = Future()
+        self._inbox.put(("update", _WeightUpdate(model_dir, weight_version, abort_running, done)))
+        return done
+
+    @property
+    def load(self) -> dict[str, int]:
+        return {"running": len(self._running), "waiting": len(self._waiting)}
+
+    # ------------------------------------------------------------------ scheduler thread
+
+    def _loop(self) -> None:
+        while not self._stopped:
+            idle = not (self._running or self._waiting or self._updates)
+            self._drain_inbox(block=idle)
+            try:
+                self._step()
+            except Exception as exc:  # a bug or a bad checkpoint must not hang clients
+                log.exception("engine step failed")
+                for seq in self._running + self._waiting:
+                    self._finish(seq, {"type": "abort", "message": f"engine error: {exc}",
+                                       "status_code": 500, "err_type": "InternalServerError"})
+                self._waiting.clear()
+        for seq in self._running + self._waiting:
+            self._finish(seq, {"type": "abort", "message": "engine shutting down"})
+
+    def _drain_inbox(self, block: bool) -> None:
+        try:
+            item = self._inbox.get(timeout=0.5) if block else self._inbox.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            self._handle(*item)
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+
+    def _handle(self, kind: str, payload: Any) -> None:
+        if kind == "generate":
+            self._waiting.append(payload)
+        elif kind == "abort":
+            for seq in [s for s in self._running + self._waiting
+                        if payload is None or s.rid == payload]:
+                if seq in self._waiting:
+                    self._waiting.remove(seq)
+                self._finish(seq, {"type": "abort", "message": "aborted by /abort_request"})
+        elif kind == "update":
+            self._updates.append(payload)
+        elif kind == "stop":
+            self._stopped = True
+
+    def _step(self) -> None:
+        if self._updates:
+            self._apply_weight_update()
+        if not self._updates:
+            self._admit()
+        if self._running:
+            self._decode()
+
+    def _apply_weight_update(self) -> None:
+        update = self._updates[0]
+        if update.abort_running:
+            for seq in list(self._running):
+                self._finish(seq, {"type": "abort", "message": "aborted for a weight update"})
+        if self._running:
+            return  # policy "wait": let them finish on the old weights first
+        self._updates.pop(0)
+        try:
+            self.runner.load_weights(update.model_dir)
+        except Exception as exc:
+            update.done.set_result((False, f"failed to load weights: {exc}"))
+            return
+        self.weight_version = update.weight_version
+        update.done.set_result((True, f"Succeeded to update model weights from "
+                                      f"{update.model_dir} (weight_version "
+                                      f"{update.weight_version})."))
+
+    def _admit(self) -> None:
+        batch: list[Sequence] = []
+        tokens = 0
+        while self._waiting and len(batch) < len(self._free_slots):
+            seq = self._waiting[0]
+            if batch and tokens + len(seq.prompt) > PREFILL_TOKEN_BUDGET:
+                break
+            batch.append(self._waiting.pop(0))
+            tokens += len(seq.prompt)
+        if not batch:
+            return
+        for seq in batch:
+            seq.slot = self._free_slots.pop()
+            seq.weight_version = self.weight_version
+        logits = self.runner.forward([s.prompt for s in batch], [0] * len(batch),
+                                     [s.slot for s in batch])
+        self._running.extend(batch)
+        self.stats["prefill_passes"] += 1
+        self.stats["max_running"] = max(self.stats["max_running"], len(self._running))
+        self._append(batch, logits)
+
+    def _decode(self) -> None:
+        batch = list(self._running)
+        logits = self.runner.forward([[s.output[-1]] for s in batch],
+                                     [s.length - 1 for s in batch], [s.slot for s in batch])
+        self.stats["decode_steps"] += 1
+        self._append(batch, logits)
+
+    def _append(self, batch: list[Sequence], logits: Any) -> None:
+        tokens, logprobs = sample_next(logits, [s.options for s in batch],
+                                       [s.rng for s in batch])
+        eos = self.runner.eos_token_ids
+        self.stats["generated_tokens"] += len(tokens)
+        for seq, token, logprob in zip(batch, tokens, logprobs):
+            seq.output.append(token)
+            seq.logprobs.append(logprob)
+            if token in seq.options.stop_token_ids or (token in eos and
+                                                       not seq.options.ignore_eos):
+                self._finish(seq, {"type": "stop", "matched": token})
+            elif len(seq.output) >= seq.options.max_new_tokens:
+                self._finish(seq, {"type": "length", "length": seq.options.max_new_tokens})
+
+    def _finish(self, seq: Sequence, reason: dict[str, Any]) -> None:
+        seq.finish_reason = reason
+        if seq in self._running:
+            self._running.remove(seq)
+            self._free_slots.append(seq.slot)
+        try:
+            seq.on_done(seq)
+        except Exception:
+            log.exception("delivering the result of request %s failed", seq.rid)
