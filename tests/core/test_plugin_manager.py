@@ -133,6 +133,20 @@ def test_register_rollouts_class_is_usable(plugin_manager):
     assert [t.id for t in rollout.tasks("eval")] == ["eval-0", "eval-1", "eval-2"]
 
 
+def test_register_transports_class_is_built_from_urls_and_its_options(plugin_manager):
+    plugin_manager.register(EverythingPlugin(), name="everything")
+    transport = plugin_manager.get("transport", "loopback")(("http://a:1", "http://b:2"),
+                                                            {"timeout": 5})
+    assert transport.urls == ["http://a:1", "http://b:2"] and transport.options == {"timeout": 5}
+
+
+def test_register_engines_class_is_built_from_its_options(plugin_manager):
+    plugin_manager.register(EverythingPlugin(), name="everything")
+    assert plugin_manager.get("engine", "null-engine")({"threads": 2}).options == {"threads": 2}
+    with pytest.raises(UnknownPluginError, match="available: null-engine"):
+        plugin_manager.get("engine", "sglang-gpu")
+
+
 def test_register_commands_adds_a_cli_subcommand(plugin_manager, capsys):
     from rollyard.cli import build_parser
 
