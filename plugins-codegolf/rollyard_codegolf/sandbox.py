@@ -1,0 +1,362 @@
+"""Run untrusted Python programs under bubblewrap, with rlimits, a wall clock and output caps.
+
+Each run gets its own user, PID, network, IPC and UTS namespaces (no network at all), a fresh
+size-capped tmpfs at ``/tmp`` as its only writable place and working directory, read-only
+system paths and interpreter, an empty environment and a new session. The interpreter sets
+hard rlimits on itself (CPU seconds, address space, processes, file size, open files) before
+the program's first line runs. A wall-clock timeout or an output past the cap kills the whole
+process group; with ``--die-with-parent`` and a private PID namespace that takes every process
+the program started with it.
+
+This module has no dependency on the rest of the plugin and can be reused by other plugins.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: The program is passed as an argument; the kernel caps one argument at 128 KiB.
+MAX_PROGRAM_BYTES = 100_000
+#: Paths that are bound read-only (or recreated as symlinks) when they exist.
+SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64")
+SANDBOX_UID = 65534
+#: How long a killed sandbox may take to tear its PID namespace down before the fallback.
+KILL_GRACE_S = 3.0
+
+# Run by the interpreter inside the sandbox before the program: set hard rlimits on this
+# process, arrange to report its CPU time on fd 3 at exit, then run the program (its first
+# command-line argument) as ``__main__``. Formatted with (resource, soft, hard) triples.
+_PRELUDE = """\
+import atexit as _a, os as _o, resource as _r, sys as _s
+for _k, _v, _h in {limits}:
+    _r.setrlimit(_k, (_v, _h))
+def _cpu(g=_r.getrusage, w=_o.write):
+    w(3, repr(sum(u.ru_utime + u.ru_stime for u in (g(0), g(-1)))).encode())
+_a.register(_cpu)
+_c = _s.argv.pop(1)
+_s.argv[0] = "main.py"
+del _a, _o, _r, _s, _k, _v, _h, _cpu
+exec(compile(_c, "main.py", "exec"), {{"__name__": "__main__", "__builtins__": __builtins__}})
+"""
+
+
+class SandboxUnavailable(RuntimeError):
+    """Bubblewrap cannot run here and running without it was not explicitly allowed."""
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Resource limits of one program run."""
+
+    wall_s: float = 4.0
+    cpu_s: int = 2
+    memory_bytes: int = 512 * 1024**2
+    processes: int = 32
+    file_bytes: int = 8 * 1024**2
+    open_files: int = 64
+    output_bytes: int = 64 * 1024
+    tmp_bytes: int = 16 * 1024**2
+
+    def __post_init__(self) -> None:
+        for name, value in asdict(self).items():
+            if not value > 0:
+                raise ValueError(f"SandboxLimits.{name} must be positive, got {value!r}")
+
+
+@dataclass
+class ExecResult:
+    """What one run did. ``exit_status`` is the exit code, or minus the signal that killed it.
+    ``limit`` names the limit that stopped the program (wall, cpu, output, memory) or is None.
+    """
+
+    exit_status: int
+    stdout: str
+    stderr: str
+    wall_s: float
+    cpu_s: float
+    limit: str | None = None
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    sandboxed: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_status == 0 and self.limit is None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def bubblewrap_path() -> str | None:
+    """The ``bwrap`` executable, or None when it is not installed."""
+    return shutil.which("bwrap")
+
+
+def _reported_cpu(fd: int) -> float:
+    """CPU seconds the interpreter reported on its fd 3 at exit (0.0 when it could not: killed,
+    or the program closed the descriptor). Reads without blocking, then closes ``fd``."""
+    try:
+        os.set_blocking(fd, False)
+        raw = os.read(fd, 64)
+    except OSError:
+        raw = b""
+    finally:
+        os.close(fd)
+    try:
+        return max(0.0, float(raw.decode("ascii")))
+    except ValueError:
+        return 0.0
+
+
+def _child_pid(info_r: int) -> int | None:
+    """The sandbox init's pid from bubblewrap's ``--info-fd`` JSON, if it has been written."""
+    try:
+        os.set_blocking(info_r, False)
+        raw = os.read(info_r, 4096)
+        return int(json.loads(raw)["child-pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _decode(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
+
+
+class Sandbox:
+    """Runs one Python program at a time per call; thread-safe, so callers may run several
+    concurrently from a thread pool.
+
+    ``python`` is the interpreter used inside (default: the base interpreter of this process;
+    its installation prefix is bound read-only). Without bubblewrap, construction raises
+    :class:`SandboxUnavailable` unless ``unsafe_no_sandbox`` is true, in which case programs run
+    as plain subprocesses with the same rlimits, timeout and output cap but no isolation.
+    """
+
+    def __init__(self, limits: SandboxLimits | None = None, unsafe_no_sandbox: bool = False,
+                 python: str | None = None) -> None:
+        self.limits = limits or SandboxLimits()
+        self.python = os.path.realpath(python or getattr(sys, "_base_executable", sys.executable))
+        self.unsafe = unsafe_no_sandbox
+        self._bwrap = None if unsafe_no_sandbox else bubblewrap_path()
+        if not unsafe_no_sandbox:
+            if self._bwrap is None:
+                raise SandboxUnavailable(
+                    "bubblewrap ('bwrap') is not installed, so programs cannot be sandboxed; "
+                    "install the Debian package 'bubblewrap' or pass "
+                    "--codegolf-unsafe-no-sandbox to run them unisolated")
+        self._prelude = _PRELUDE.format(limits=self._rlimits())
+        if not unsafe_no_sandbox:
+            self._check_bubblewrap()
+
+    def _rlimits(self) -> str:
+        import resource
+
+        lim = self.limits
+        # CPU: SIGXCPU at the soft limit, SIGKILL one second later if it is caught.
+        triples = [(resource.RLIMIT_CPU, lim.cpu_s, lim.cpu_s + 1),
+                   (resource.RLIMIT_AS, lim.memory_bytes, lim.memory_bytes),
+                   (resource.RLIMIT_NPROC, lim.processes, lim.processes),
+                   (resource.RLIMIT_FSIZE, lim.file_bytes, lim.file_bytes),
+                   (resource.RLIMIT_NOFILE, lim.open_files, lim.open_files),
+                   (resource.RLIMIT_CORE, 0, 0)]
+        return repr(tuple((int(k), int(v), int(h)) for k, v, h in triples))
+
+    def _check_bubblewrap(self) -> None:
+        probe = self.run("", "")
+        if probe.exit_status != 0:
+            raise SandboxUnavailable(
+                f"bubblewrap is installed but cannot start a sandbox here (exit status "
+                f"{probe.exit_status}: {probe.stderr.strip()[-300:]}); fix user namespaces or "
+                "pass --codegolf-unsafe-no-sandbox to run programs unisolated")
+
+    # ------------------------------------------------------------------ command line
+
+    def _interpreter_argv(self, chdir: str | None = None) -> list[str]:
+        prelude = self._prelude if chdir is None else (
+            f"import os as _o; _o.chdir({chdir!r}); del _o\n" + self._prelude)
+        return [self.python, "-I", "-S", "-c", prelude]
+
+    def _bwrap_argv(self) -> list[str]:
+        argv = [self._bwrap or "bwrap", "--unshare-all", "--unshare-user",
+                "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
+                "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv",
+                "--info-fd", "4"]
+        for path in SYSTEM_PATHS:
+            if os.path.islink(path):
+                argv += ["--symlink", os.readlink(path), path]
+            elif os.path.isdir(path):
+                argv += ["--ro-bind", path, path]
+        prefix = os.path.dirname(os.path.dirname(self.python))
+        if not any(prefix == p or prefix.startswith(p + "/") for p in SYSTEM_PATHS):
+            argv += ["--ro-bind", prefix, prefix]
+        argv += ["--dev", "/dev", "--proc", "/proc",
+                 "--size", str(self.limits.tmp_bytes), "--tmpfs", "/tmp",
+                 "--chdir", "/tmp", "--setenv", "HOME", "/tmp", "--"]
+        return argv + self._interpreter_argv()
+
+    # ------------------------------------------------------------------ running
+
+    def run(self, code: str, stdin: str = "") -> ExecResult:
+        """Run ``code`` with ``stdin`` and return what happened; never raises for anything the
+        program does. A program over MAX_PROGRAM_BYTES is not run (limit ``program_size``)."""
+        if len(code.encode("utf-8", errors="replace")) > MAX_PROGRAM_BYTES:
+            return ExecResult(-1, "", f"program is over {MAX_PROGRAM_BYTES} bytes", 0.0, 0.0,
+                              limit="program_size", sandboxed=not self.unsafe)
+        if self.unsafe:
+            with tempfile.TemporaryDirectory(prefix="rollyard-codegolf-") as cwd:
+                return self._spawn([*self._interpreter_argv(cwd), code], stdin, {"HOME": cwd})
+        return self._spawn([*self._bwrap_argv(), code], stdin, {})
+
+    def _spawn(self, argv: list[str], stdin: str, env: dict[str, str]) -> ExecResult:
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        cpu_r, cpu_w = os.pipe()
+        info_r, info_w = os.pipe()
+        actions = [(os.POSIX_SPAWN_DUP2, in_r, 0), (os.POSIX_SPAWN_DUP2, out_w, 1),
+                   (os.POSIX_SPAWN_DUP2, err_w, 2), (os.POSIX_SPAWN_DUP2, cpu_w, 3),
+                   (os.POSIX_SPAWN_DUP2, info_w, 4)]
+        start = time.monotonic()
+        deadline = start + self.limits.wall_s
+        try:
+            pid = os.posix_spawn(argv[0], argv, env, file_actions=actions, setsid=True)
+        finally:
+            for fd in (in_r, out_w, err_w, cpu_w, info_w):
+                os.close(fd)
+        try:
+            streams, limit = self._pump(in_w, out_r, err_r, stdin.encode(), deadline)
+            waited = self._wait_until(pid, deadline) if limit is None else None
+            if waited is None:
+                limit = limit or "wall"
+                self._kill(pid, info_r)
+                waited = os.wait4(pid, 0)[1:]
+        finally:
+            os.close(info_r)
+        status, usage = waited
+        wall = time.monotonic() - start
+        cpu = max(usage.ru_utime + usage.ru_stime, _reported_cpu(cpu_r))
+        exit_status = self._exit_status(status)
+        (out, out_cut), (err, err_cut) = streams
+        if limit is None:
+            limit = self._limit_from(exit_status, err)
+        return ExecResult(exit_status, _decode(out), _decode(err), round(wall, 4), round(cpu, 4),
+                          limit, out_cut, err_cut, sandboxed=not self.unsafe)
+
+    @staticmethod
+    def _wait_until(pid: int, deadline: float) -> tuple[int, Any] | None:
+        """Reap ``pid`` if it exits before ``deadline``: (status, rusage), else None. The
+        program has closed its output by now, so this is normally immediate."""
+        pause = 0.0005
+        while True:
+            reaped, status, usage = os.wait4(pid, os.WNOHANG)
+            if reaped:
+                return status, usage
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.02)
+
+    def _pump(self, in_w: int, out_r: int, err_r: int, data: bytes, deadline: float
+              ) -> tuple[tuple[tuple[bytes, bool], tuple[bytes, bool]], str | None]:
+        """Feed stdin and collect capped stdout/stderr until both close, the wall clock runs
+        out (limit ``wall``) or stdout passes the cap (``output``). Closes the three pipes."""
+        cap = self.limits.output_bytes
+        buffers = {out_r: bytearray(), err_r: bytearray()}
+        cut = {out_r: False, err_r: False}
+        limit = None
+        pending = memoryview(data)
+        open_fds = {in_w, out_r, err_r}
+        sel = selectors.DefaultSelector()
+        try:
+            sel.register(out_r, selectors.EVENT_READ)
+            sel.register(err_r, selectors.EVENT_READ)
+            os.set_blocking(in_w, False)
+            sel.register(in_w, selectors.EVENT_WRITE)
+            while limit is None and (out_r in open_fds or err_r in open_fds):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    limit = "wall"
+                    break
+                for key, _ in sel.select(remaining):
+                    fd = key.fd
+                    if fd == in_w:
+                        try:
+                            pending = pending[os.write(fd, pending[:65536]):]
+                        except OSError:  # the program closed stdin or exited
+                            pending = pending[:0]
+                        if not pending:
+                            sel.unregister(fd)
+                            os.close(fd)
+                            open_fds.discard(fd)
+                        continue
+                    chunk = os.read(fd, 65536)
+                    if not chunk:
+                        sel.unregister(fd)
+                        os.close(fd)
+                        open_fds.discard(fd)
+                        continue
+                    room = cap - len(buffers[fd])
+                    buffers[fd] += chunk[:room]
+                    if len(chunk) > room:
+                        cut[fd] = True
+                        if fd == out_r:
+                            limit = "output"
+        finally:
+            sel.close()
+            for fd in open_fds:
+                os.close(fd)
+        return ((bytes(buffers[out_r]), cut[out_r]), (bytes(buffers[err_r]), cut[err_r])), limit
+
+    def _kill(self, pid: int, info_r: int) -> None:
+        """Kill the program and everything it started. Sandboxed: SIGKILL the PID namespace's
+        init and its process group (bubblewrap reports the init's pid on the info fd), which
+        takes the whole namespace down and lets bubblewrap exit and be reaped normally; if that
+        pid is not known yet, or bubblewrap lingers, SIGKILL bubblewrap's process group."""
+        child = None if self.unsafe else _child_pid(info_r)
+        if child is not None:
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(child, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            if self._wait_until_exit(pid, time.monotonic() + KILL_GRACE_S):
+                return
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    @staticmethod
+    def _wait_until_exit(pid: int, deadline: float) -> bool:
+        """Whether ``pid`` has become a zombie (exited, not yet reaped) before ``deadline``."""
+        while time.monotonic() < deadline:
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return True
+            time.sleep(0.002)
+        return False
+
+    def _exit_status(self, status: int) -> int:
+        if os.WIFSIGNALED(status):
+            return -os.WTERMSIG(status)
+        code = os.WEXITSTATUS(status)
+        if not self.unsafe and code > 128:  # bwrap reports a signalled child as 128 + signal
+            return -(code - 128)
+        return code
+
+    @staticmethod
+    def _limit_from(exit_status: int, stderr: bytes) -> str | None:
+        if exit_status == -signal.SIGXCPU:
+            return "cpu"
+        if exit_status != 0 and b"MemoryError" in stderr[-2000:]:
+            return "memory"
+        return None
