@@ -1,4 +1,4 @@
-"""Fixtures for the verifiers bridge: a tiny local model, its renderer, a transport fake."""
+"""Fixtures for the verifiers bridge: a tiny local model, its renderer, the embedded engine."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rollyard import GenerateRequest, GenerateResult, Transport
 
 ENVS = Path(__file__).parent / "envs"
 
@@ -36,24 +35,6 @@ def test_envs(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     yield ENVS
 
 
-class ScriptedTransport(Transport):
-    """Stands in for the engines: answers every request with ``result`` and keeps the
-    requests it was sent."""
-
-    name = "scripted"
-
-    def __init__(self, result: GenerateResult | Exception) -> None:
-        super().__init__(["scripted://engine"])
-        self.result = result
-        self.requests: list[GenerateRequest] = []
-
-    async def generate(self, request: GenerateRequest) -> GenerateResult:
-        self.requests.append(request)
-        if isinstance(self.result, Exception):
-            raise self.result
-        return self.result
-
-
 @pytest.fixture(scope="session")
 def engine_url(tiny_model_dir: Path) -> Iterator[str]:
     """The embedded engine serving the tiny model, as a real subprocess on loopback."""
@@ -64,33 +45,3 @@ def engine_url(tiny_model_dir: Path) -> Iterator[str]:
         yield handle.url
     finally:
         handle.stop()
-
-
-class FakeSGLang:
-    """A loopback HTTP server speaking SGLang's ``/generate``: records each request (path,
-    headers, JSON body) and answers with ``reply`` (a JSON object) or ``status``."""
-
-    def __init__(self, reply: dict[str, Any], status: int = 200) -> None:
-        self.reply = reply
-        self.status = status
-        self.requests: list[tuple[str, dict[str, str], Any]] = []
-        self.url = ""
-
-    async def __aenter__(self) -> FakeSGLang:
-        from aiohttp import web
-
-        async def generate(request: web.Request) -> web.Response:
-            self.requests.append((request.path, dict(request.headers), await request.json()))
-            return web.json_response(self.reply, status=self.status)
-
-        app = web.Application()
-        app.router.add_post("/generate", generate)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._runner.cleanup()

@@ -17,17 +17,7 @@ from rollyard_verifiers.translate import (
     build_choice,
     translate_request,
 )
-
-from .conftest import ScriptedTransport
-
-#: What verifiers 0.4's train client posts for a second turn (renderers adds the last three).
-RENDERER_BODY = {
-    "model": "tiny", "token_ids": [1, 87, 85, 266, 201],
-    "sampling_params": {"temperature": 0.7, "top_p": 0.9, "top_k": 0, "max_tokens": 16,
-                        "seed": 11, "n": 1, "min_tokens": 0, "routed_experts_prompt_start": 3,
-                        "stop_token_ids": [2], "logprobs": 1, "skip_special_tokens": False},
-    "cache_salt": "abc", "priority": 0,
-}
+from vf_helpers import RENDERER_BODY, ScriptedTransport
 
 
 def test_renderer_request_becomes_exactly_this_rollyard_request() -> None:

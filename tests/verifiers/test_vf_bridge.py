@@ -15,9 +15,7 @@ import pytest
 from rollyard import EngineAborted
 from rollyard_plugins.sglang_transport import SGLangTransport
 from rollyard_verifiers.bridge import Bridge, BridgeClient, BridgeServer
-
-from .conftest import FakeSGLang
-from .test_translate import RENDERER_BODY
+from vf_helpers import RENDERER_BODY, FakeSGLang
 
 SGLANG_REPLY = {
     "text": "ignored", "output_ids": [17, 4, 2],
