@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import pytest
 from rollyard import cli
@@ -152,6 +153,7 @@ def parsed(monkeypatch, tmp_path):
                      "ROLLYARD_TRACE_PLUGINS"):
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)  # main() sets it
     received = []
     monkeypatch.setattr(cli, "cmd_train", lambda args, manager: received.append(args) or 0)
 
