@@ -115,9 +115,15 @@ class PluginManager:
             self.load_all()
 
     def _load_entry_point(self, ep: md.EntryPoint) -> None:
-        if ep.name in self.records:
-            return
         dist = ep.dist.name if ep.dist else "(unknown)"
+        loaded = self.records.get(ep.name)
+        if loaded is not None:
+            if (loaded.distribution, loaded.entry_point) != (dist, ep.value):
+                clash = (f"plugin name {ep.name!r} is also the name of entry point {ep.value!r} "
+                         f"of distribution {dist!r}, which was not loaded")
+                if not any(clash in error for error in loaded.errors):
+                    self._fail(loaded, clash)
+            return
         record = PluginRecord(ep.name, dist, ep.dist.version if ep.dist else "", ep.value)
         self.records[ep.name] = record
         try:

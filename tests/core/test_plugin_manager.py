@@ -449,3 +449,18 @@ def test_load_for_run_falls_back_to_every_plugin_for_a_name_it_cannot_place(make
     manager = PluginManager(environ={"ROLLYARD_LOAD_PLUGINS": "twin-a,toy"})
     manager.load_for_run([("reward", "twin")])  # registered by entry point 'twin-a'
     assert manager.get("reward", "twin").__module__ == "ry_twin_a"
+
+
+def test_entry_point_name_taken_by_two_distributions(make_distribution):
+    make_distribution("rollyard-shapes", {"ry_shapes.py": GOOD_MODULE}, {"shapes": "ry_shapes"})
+    make_distribution("rollyard-other", {"ry_other.py": TWIN_MODULE}, {"shapes": "ry_other"})
+    manager = PluginManager(environ={"ROLLYARD_LOAD_PLUGINS": "shapes"})
+    with pytest.warns(PluginWarning, match="rollyard plugin 'shapes'"):
+        manager.load_for_run([("rollout", "nothing-has-this")])  # loads twice: named, then all
+    record = manager.records["shapes"]  # whichever distribution was found first
+    other = {"rollyard-shapes": ("rollyard-other", "ry_other"),
+             "rollyard-other": ("rollyard-shapes", "ry_shapes")}[record.distribution]
+    assert record.errors == [
+        f"plugin name 'shapes' is also the name of entry point {other[1]!r} of distribution "
+        f"{other[0]!r}, which was not loaded (distribution {record.distribution!r}, "
+        f"entry point {record.entry_point!r})"]
