@@ -65,6 +65,7 @@ class MegatronWorker:
         # every import and layer; in a worker nobody can act on them.
         warnings.filterwarnings("ignore", category=UserWarning)
         warnings.filterwarnings("ignore", category=DeprecationWarning)
+        warnings.filterwarnings("ignore", category=FutureWarning)
         import torch.distributed as dist
         from megatron.core import parallel_state
         from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
@@ -137,6 +138,8 @@ class MegatronWorker:
         is a token mean over the whole step. Megatron DDP averages gradients over the ranks,
         hence the factor ``dp``.
         """
+        from megatron.core.distributed import finalize_model_grads
+
         cfg = self.config
         start = time.perf_counter()
         self.ddp.train()
@@ -162,7 +165,9 @@ class MegatronWorker:
             for key in ("policy_loss", "kl", "entropy", "clip_fraction", "logprob_mismatch",
                         "tokens"):
                 sums[key] += getattr(terms, key)
-        self.ddp.finish_grad_sync()
+        # Data-parallel all-reduce, plus the sum over tensor-parallel ranks of the q/k norm
+        # grads (each rank only sees its own heads).
+        finalize_model_grads([self.ddp])
         self.scheduler.step(1)
         updated, grad_norm, _ = self.optimizer.step()
         self.steps += 1
