@@ -1,1 +1,41 @@
-"""Entry point of rollyard-codegolf. Light: heavy work is imported inside methods."""
+"""Entry point of rollyard-codegolf: the ``codegolf`` rollout, its three rewards, the
+``rollyard codegolf`` command and the ``--codegolf-*`` options.
+
+Everything here and in the modules it imports is standard library plus ``rollyard``, so
+loading the plugin stays cheap.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rollyard import hookimpl
+
+
+@hookimpl
+def register_rollouts(register: Any) -> None:
+    from rollyard_codegolf.rollout import CodegolfRollout
+
+    register(CodegolfRollout)
+
+
+@hookimpl
+def register_rewards(register: Any) -> None:
+    from rollyard_codegolf.rewards import REWARDS
+
+    for reward in REWARDS:
+        register(reward)
+
+
+@hookimpl
+def register_commands(register: Any) -> None:
+    from rollyard_codegolf.commands import CodegolfCommand
+
+    register(CodegolfCommand)
+
+
+@hookimpl
+def add_options(group: Any) -> None:
+    from rollyard_codegolf.settings import add_options as add
+
+    add(group)
