@@ -7,8 +7,11 @@ or an already running SGLang server when ``ROLLYARD_TEST_ENGINE_URL`` (and
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +48,31 @@ def embedded_engine(tiny_model_dir: pathlib.Path,
         yield handle
     finally:
         handle.stop()
+
+
+HttpJson = Callable[..., tuple[int, Any]]
+
+
+@pytest.fixture(scope="session")
+def http() -> HttpJson:
+    """``http(url, path, body=None, timeout=60) -> (status, decoded JSON or text)``; POSTs
+    when a body is given (a str is sent as is), GETs otherwise."""
+
+    def call(url: str, path: str, body: Any = None, timeout: float = 60) -> tuple[int, Any]:
+        data = None if body is None else (body if isinstance(body, str) else json.dumps(body))
+        request = urllib.request.Request(url + path, data=None if data is None else data.encode(),
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                status, raw = response.status, response.read().decode()
+        except urllib.error.HTTPError as exc:
+            status, raw = exc.code, exc.read().decode()
+        try:
+            return status, json.loads(raw)
+        except json.JSONDecodeError:
+            return status, raw
+
+    return call
 
 
 TeacherForced = Callable[[pathlib.Path, list[int], list[int], float], list[float]]

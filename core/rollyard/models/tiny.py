@@ -51,6 +51,7 @@ def build_tiny_model(out_dir: str | pathlib.Path, arch: str = "qwen3", size: str
     """
     import torch
     from transformers import AutoModelForCausalLM, GenerationConfig
+    from transformers.utils import logging as hf_logging
 
     tokenizer = train_tokenizer(VOCAB_SIZE)
     config = model_config(arch, size, len(tokenizer), tokenizer.eos_token_id,
@@ -65,6 +66,12 @@ def build_tiny_model(out_dir: str | pathlib.Path, arch: str = "qwen3", size: str
         torch.random.set_rng_state(generator_state)
     model.generation_config = GenerationConfig(
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
     return out

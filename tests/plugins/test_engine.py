@@ -1,0 +1,147 @@
+"""The embedded engine: batching, exact logprobs under batching, weight updates, CLI."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import pathlib
+import sys
+import time
+
+import pytest
+from rollyard_plugins.embedded_engine.process import free_port, launch_server
+
+PROMPT = [1, 282, 201, 398, 428, 347, 485, 2, 201, 1, 280, 201]
+
+
+def _generate(http, url: str, prompt: list[int], **sampling) -> dict:
+    status, reply = http(url, "/generate", {"input_ids": prompt, "return_logprob": True,
+                                            "sampling_params": sampling})
+    assert status == 200, reply
+    return reply
+
+
+def _concurrently(calls) -> list:
+    with concurrent.futures.ThreadPoolExecutor(len(calls)) as pool:
+        return list(pool.map(lambda call: call(), calls))
+
+
+def _wait_until_running(http, url: str) -> None:
+    deadline = time.monotonic() + 30
+    while http(url, "/get_server_info")[1]["running"] == 0:
+        assert time.monotonic() < deadline, "the request never started"
+        time.sleep(0.01)
+
+
+def test_response_has_sglang_fields(embedded_engine, http) -> None:
+    reply = _generate(http, embedded_engine.url, PROMPT, max_new_tokens=5, ignore_eos=True)
+    meta = reply["meta_info"]
+    assert set(reply) == {"text", "output_ids", "meta_info"}
+    assert meta["finish_reason"] == {"type": "length", "length": 5}
+    assert meta["prompt_tokens"] == len(PROMPT)
+    assert meta["completion_tokens"] == 5
+    assert [entry[1] for entry in meta["output_token_logprobs"]] == reply["output_ids"]
+    assert all(entry[2] is None for entry in meta["output_token_logprobs"])
+    assert isinstance(meta["weight_version"], str)
+
+
+def test_text_and_batch_inputs(embedded_engine, http) -> None:
+    status, single = http(embedded_engine.url, "/generate",
+                          {"text": "hello", "sampling_params": {"max_new_tokens": 3}})
+    assert status == 200 and single["meta_info"]["prompt_tokens"] >= 1
+    status, batch = http(embedded_engine.url, "/generate", {
+        "input_ids": [PROMPT, PROMPT[:4]], "rid": "pair",
+        "sampling_params": {"max_new_tokens": 3, "temperature": 0}})
+    assert status == 200
+    assert [r["meta_info"]["id"] for r in batch] == ["pair_0", "pair_1"]
+    assert [r["meta_info"]["prompt_tokens"] for r in batch] == [len(PROMPT), 4]
+
+
+def test_concurrent_requests_share_decode_steps(embedded_engine, http) -> None:
+    _, before = http(embedded_engine.url, "/get_server_info")
+    calls = [lambda i=i: _generate(http, embedded_engine.url, PROMPT[: 2 + i % 10],
+                                   max_new_tokens=16, ignore_eos=True, sampling_seed=i)
+             for i in range(32)]
+    replies = _concurrently(calls)
+    _, after = http(embedded_engine.url, "/get_server_info")
+    tokens = after["generated_tokens"] - before["generated_tokens"]
+    steps = after["decode_steps"] - before["decode_steps"]
+    assert tokens == 32 * 16 == sum(len(r["output_ids"]) for r in replies)
+    assert steps <= tokens / 4, f"{steps} decode steps for {tokens} tokens: not batched"
+    assert after["max_running"] > 1
+
+
+def test_logprobs_stay_exact_inside_a_mixed_batch(embedded_engine, http, tiny_model_dir,
+                                                  teacher_forced) -> None:
+    settings = [dict(temperature=t, top_k=k, top_p=p, sampling_seed=s, max_new_tokens=10 + s)
+                for s, (t, k, p) in enumerate([(1.0, -1, 1.0), (0.5, 5, 1.0), (1.3, -1, 0.8),
+                                               (0.0, -1, 1.0), (0.9, 40, 0.95)] * 3)]
+    prompts = [PROMPT[: 3 + i] for i in range(len(settings))]
+    replies = _concurrently([lambda p=p, s=s: _generate(http, embedded_engine.url, p, **s)
+                             for p, s in zip(prompts, settings)])
+    for prompt, setting, reply in zip(prompts, settings, replies):
+        got = [entry[0] for entry in reply["meta_info"]["output_token_logprobs"]]
+        expected = teacher_forced(tiny_model_dir, prompt, reply["output_ids"],
+                                  setting["temperature"])
+        assert got == pytest.approx(expected, abs=1e-4)
+
+
+def test_top_k_one_is_greedy(embedded_engine, http) -> None:
+    greedy = _generate(http, embedded_engine.url, PROMPT, max_new_tokens=8, temperature=0)
+    top1 = _generate(http, embedded_engine.url, PROMPT, max_new_tokens=8, top_k=1,
+                     sampling_seed=3)
+    assert greedy["output_ids"] == top1["output_ids"]
+
+
+def test_weight_update_waits_for_running_requests(embedded_engine, http, tiny_model_dir,
+                                                  other_model_dir, teacher_forced) -> None:
+    url = embedded_engine.url
+    _, info = http(url, "/get_model_info")
+    old_version = info["weight_version"]
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        running = pool.submit(_generate, http, url, PROMPT, max_new_tokens=300,
+                              ignore_eos=True, temperature=0)
+        _wait_until_running(http, url)
+        status, update = http(url, "/update_weights_from_disk",
+                              {"model_path": str(other_model_dir), "weight_version": "21"})
+        long_reply = running.result()
+    try:
+        assert status == 200 and update["success"] is True
+        assert long_reply["meta_info"]["weight_version"] == old_version
+        got = [e[0] for e in long_reply["meta_info"]["output_token_logprobs"]]
+        assert got == pytest.approx(teacher_forced(tiny_model_dir, PROMPT,
+                                                   long_reply["output_ids"], 0.0), abs=1e-4)
+        after = _generate(http, url, PROMPT, max_new_tokens=4)
+        assert after["meta_info"]["weight_version"] == "21"
+        got = [e[0] for e in after["meta_info"]["output_token_logprobs"]]
+        assert got == pytest.approx(teacher_forced(other_model_dir, PROMPT,
+                                                   after["output_ids"], 1.0), abs=1e-4)
+    finally:
+        http(url, "/update_weights_from_disk",
+             {"model_path": str(tiny_model_dir), "weight_version": "22"})
+
+
+@pytest.mark.slow
+def test_rollyard_engine_serve_with_the_abort_policy(tiny_model_dir, other_model_dir, http,
+                                                     tmp_path) -> None:
+    port = free_port()
+    rollyard = pathlib.Path(sys.executable).with_name("rollyard")
+    handle = launch_server(
+        [str(rollyard), "engine", "serve", "--model", str(tiny_model_dir), "--port", str(port),
+         "--threads", "1", "--weight-update-policy", "abort"],
+        f"http://127.0.0.1:{port}", name="cli", timeout=120, log_dir=str(tmp_path))
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            running = pool.submit(_generate, http, handle.url, PROMPT, max_new_tokens=400,
+                                  ignore_eos=True, temperature=0)
+            _wait_until_running(http, handle.url)
+            status, update = http(handle.url, "/update_weights_from_disk",
+                                  {"model_path": str(other_model_dir), "weight_version": "2"})
+            aborted = running.result()
+        assert status == 200 and update["success"] is True
+        assert aborted["meta_info"]["finish_reason"]["type"] == "abort"
+        assert len(aborted["output_ids"]) < 400
+        after = _generate(http, handle.url, PROMPT, max_new_tokens=2)
+        assert after["meta_info"]["weight_version"] == "2"
+    finally:
+        handle.stop()
+    assert not handle.alive
