@@ -22,7 +22,6 @@ import warnings
 from collections.abc import Callable
 
 import torch
-
 from rollyard.models.tiny import build_tiny_model
 from rollyard.training.algorithm import ppo_clip_loss, token_logprobs
 from rollyard.training.batching import TrainItem, micro_batches
