@@ -58,8 +58,10 @@ def test_data_parallel_split_balances_tokens_and_loses_nothing() -> None:
 
 def test_items_that_cannot_be_trained_are_rejected_with_their_place() -> None:
     with pytest.raises(ConfigError, match=r"task .t7.*prompt_len is 0"):
-        check_item(TrainItem([1, 2], 0, [1, 1], [-1.0, -1.0], 0.0), "task 't7'", 16)
+        check_item(TrainItem([1, 2], 0, [1, 1], [-1.0, -1.0], 0.0), "task 't7'", 16, 64)
     with pytest.raises(ConfigError, match=r"5 tokens exceed.*max_position_embeddings=4"):
-        check_item(_item(2, 3), "task 't8'", 4)
-    check_item(_item(2, 3), "task 't9'", 5)
+        check_item(_item(2, 3), "task 't8'", 4, 64)
+    with pytest.raises(ConfigError, match=r"task 't9': token id 14 is outside .* of 14"):
+        check_item(_item(2, 3), "task 't9'", 5, 14)
+    check_item(_item(2, 3), "task 't10'", 5, 15)
     assert torch.is_tensor(collate([_item(1, 1)]).mask)

@@ -41,14 +41,17 @@ class MicroBatch:
         return self.input_ids.shape[0]
 
 
-def check_item(item: TrainItem, where: str, max_len: int) -> None:
-    """ConfigError when a sample cannot be trained on (no prompt, longer than the model)."""
+def check_item(item: TrainItem, where: str, max_len: int, vocab_size: int) -> None:
+    """ConfigError when a sample cannot be trained on: no prompt, too long, unknown token ids."""
     if item.prompt_len < 1:
         raise ConfigError(f"{where}: prompt_len is {item.prompt_len}; the trainer needs at "
                           "least one prompt token to score the first response token")
     if len(item.tokens) > max_len:
         raise ConfigError(f"{where}: {len(item.tokens)} tokens exceed the model's "
                           f"max_position_embeddings={max_len}")
+    if item.tokens and max(item.tokens) >= vocab_size:
+        raise ConfigError(f"{where}: token id {max(item.tokens)} is outside the model's "
+                          f"vocabulary of {vocab_size}")
 
 
 def collate(items: list[TrainItem]) -> MicroBatch:

@@ -60,7 +60,9 @@ class TrainGroup:
         resources = ray.cluster_resources()
         check_layout(model_dir, self.config, tp, dp, resources.get("CPU", 0.0))
         self.model_dir, self.tp, self.dp = model_dir, tp, dp
-        self.max_len = int(read_hf_config(model_dir).get("max_position_embeddings", 4096))
+        hf_config = read_hf_config(model_dir)
+        self.max_len = int(hf_config.get("max_position_embeddings", 4096))
+        self.vocab_size = int(hf_config["vocab_size"])
         world = tp * dp
         use_gpu = resources.get("GPU", 0.0) >= world
         bundle = {"CPU": 1.0, "GPU": 1.0} if use_gpu else {"CPU": 1.0}
@@ -91,7 +93,7 @@ class TrainGroup:
         for sample in samples:
             check_item(TrainItem(sample.tokens, sample.prompt_len, sample.loss_mask,
                                  sample.logprobs, 0.0),
-                       f"sample of task {sample.task_id!r}", self.max_len)
+                       f"sample of task {sample.task_id!r}", self.max_len, self.vocab_size)
         advantages = grpo_advantages(
             [s.reward for s in samples], [s.group_id for s in samples],
             filter_zero_variance=self.config.filter_zero_variance,
