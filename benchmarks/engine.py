@@ -1,0 +1,116 @@
+"""Embedded engine throughput through the ``sglang`` transport vs. transformers ``generate``.
+
+Both sides serve the same tiny model on the same CPUs, with the same prompts, sampling
+(temperature 1, no truncation) and ``max_new_tokens``; both stop a row at end-of-sequence and
+only real new tokens are counted. Each concurrency level is measured side by side, best of
+``--repeats``. Target: ratio >= 1.0 at 64 concurrent requests.
+
+    .venv/bin/python benchmarks/engine.py [--concurrency 1 16 64] [--max-new-tokens 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import pathlib
+import random
+import resource
+import tempfile
+import time
+
+
+def prompts(count: int, seed: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[1] + [rng.randrange(3, 500) for _ in range(rng.randrange(8, 24))] + [201]
+            for _ in range(count)]
+
+
+async def engine_throughput(url: str, batch: list[list[int]], max_new: int) -> tuple[int, float]:
+    from rollyard import GenerateRequest, SamplingParams
+    from rollyard_plugins.sglang_transport import SGLangTransport
+
+    transport = SGLangTransport([url])
+    try:
+        sampling = [SamplingParams(max_new_tokens=max_new, temperature=1.0, seed=i)
+                    for i in range(len(batch))]
+        started = time.perf_counter()
+        results = await asyncio.gather(*(transport.generate(GenerateRequest(p, s))
+                                         for p, s in zip(batch, sampling)))
+        elapsed = time.perf_counter() - started
+    finally:
+        await transport.close()
+    return sum(len(r.output_ids) for r in results), elapsed
+
+
+def hf_throughput(model, batch: list[list[int]], max_new: int, pad_id: int,
+                  eos_id: int) -> tuple[int, float]:
+    import torch
+
+    width = max(len(p) for p in batch)
+    ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in batch])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch])
+    started = time.perf_counter()
+    with torch.inference_mode():
+        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0,
+                             top_k=0, top_p=1.0, max_new_tokens=max_new, eos_token_id=eos_id,
+                             pad_token_id=pad_id)
+    elapsed = time.perf_counter() - started
+    tokens = 0
+    for row in out[:, width:].tolist():
+        tokens += row.index(eos_id) + 1 if eos_id in row else len(row)
+    return tokens, elapsed
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--model", help="model folder (default: a fresh tiny qwen3)")
+    args = parser.parse_args()
+
+    import torch
+    from rollyard.models.tiny import build_tiny_model
+    from rollyard_plugins.embedded_engine.launcher import EmbeddedEngine
+    from transformers import AutoModelForCausalLM
+
+    workdir = pathlib.Path(tempfile.mkdtemp(prefix="rollyard-bench-"))
+    model_dir = pathlib.Path(args.model) if args.model else build_tiny_model(workdir / "model")
+    threads = torch.get_num_threads()
+    handle = EmbeddedEngine({"threads": threads, "max_batch_size": max(args.concurrency),
+                             "log_dir": str(workdir)}).launch(str(model_dir), 0)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    eos, pad = model.config.eos_token_id, model.config.pad_token_id
+    try:
+        asyncio.run(engine_throughput(handle.url, prompts(4, 0), 8))  # warm-up
+        hf_throughput(model, prompts(4, 0), 8, pad, eos)
+        print(f"tiny model {model_dir}, {threads} torch threads each side, "
+              f"max_new_tokens {args.max_new_tokens}, best of {args.repeats}")
+        print(f"{'concurrent':>10} {'engine tok/s':>13} {'generate tok/s':>15} {'ratio':>7}")
+        for count in args.concurrency:
+            batch = prompts(count, count)
+            best_engine = best_hf = 0.0
+            for _ in range(args.repeats):
+                tokens, seconds = asyncio.run(
+                    engine_throughput(handle.url, batch, args.max_new_tokens))
+                best_engine = max(best_engine, tokens / seconds)
+                tokens, seconds = hf_throughput(model, batch, args.max_new_tokens, pad, eos)
+                best_hf = max(best_hf, tokens / seconds)
+            print(f"{count:>10} {best_engine:>13.0f} {best_hf:>15.0f} "
+                  f"{best_engine / best_hf:>7.2f}")
+        print(f"peak RSS: engine process {peak_rss_mib(handle.process.pid):.0f} MiB, "
+              f"benchmark process (transformers side) "
+              f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+    finally:
+        handle.stop()
+
+
+if __name__ == "__main__":
+    main()
