@@ -67,6 +67,23 @@ def test_every_core_train_option_is_in_the_cli_reference():
     assert not missing, f"docs/cli.md does not document {missing}"
 
 
+def test_core_train_option_defaults_match_the_cli_reference():
+    parser = argparse.ArgumentParser()
+    add_core_train_options(parser)
+    documented = dict(re.findall(r"^\| `(--[\w-]+)[^`]*` \| ([^|]+) \|",
+                                 (DOCS / "cli.md").read_text(), re.M))
+    wrong = {}
+    for action in parser._actions:
+        if action.default in (None, False, argparse.SUPPRESS):
+            continue
+        cell = documented[action.option_strings[0]].strip().strip("`")
+        same = (float(cell) == action.default if isinstance(action.default, (int, float))
+                else cell == action.default)
+        if not same:
+            wrong[action.option_strings[0]] = (cell, action.default)
+    assert not wrong, f"docs/cli.md defaults (documented, actual): {wrong}"
+
+
 @pytest.mark.parametrize("command", ["plugins", "train", *CORE_COMMANDS])
 def test_every_core_command_is_in_the_cli_reference(command):
     assert f"## `rollyard {command}`" in (DOCS / "cli.md").read_text()
