@@ -124,9 +124,9 @@ def run_training(args: argparse.Namespace, manager: PluginManager) -> Path:
     started_ray = start_ray(args)
     status, error = "failed", None
     manager.hooks.on_run_start(config, str(run_dir))
-    engine = (selection.engine(selection.options("engine", args.engine))
-              if selection.engine else None)
     try:
+        engine = (selection.engine(selection.options("engine", args.engine))
+                  if selection.engine else None)
         group = TrainGroup(model_dir=str(model_dir), config=train_config, tp=args.train_tp,
                            dp=args.train_dp)
         try:
