@@ -1,0 +1,135 @@
+"""Requests per second through renderer → bridge → embedded engine versus the ``sglang``
+transport called directly with the same token ids, at 32 concurrent requests, side by side.
+
+Every path sends the same prompt ids, stop ids, ``max_new_tokens`` and per-request seeds to
+one embedded engine serving a freshly built tiny model, so the engine does the same work:
+
+* ``direct``: ``SGLangTransport.generate`` (the baseline);
+* ``renderer -> bridge client face``: ``renderers.client.generate`` rendering the chat and
+  parsing the reply, through :class:`BridgeClient` (verifiers 0.2.x's path, in-process);
+* ``HTTP face (aiohttp client)``: the prebuilt vLLM body posted to :class:`BridgeServer`;
+* ``renderer -> OpenAI client -> HTTP face``: what verifiers 0.4 does (an ``AsyncOpenAI``
+  client built from the bridge's base URL); its extra cost over the row above is the OpenAI
+  SDK's httpx client, which verifiers owns.
+
+Paths run in a rotating order each round so drift on a shared machine hits all of them; the
+medians are compared. Target: bridge/direct >= 0.9.
+
+Usage: ``python benchmarks/verifiers_bridge.py [requests-per-round] [rounds]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+CONCURRENCY = 32
+MAX_NEW_TOKENS = 16
+MESSAGES = [{"role": "user", "content": "Count from one to ten, please."}]
+
+Path = Callable[[int], Awaitable[Any]]
+
+
+async def requests_per_second(path: Path, requests: int) -> float:
+    """Run ``requests`` calls of ``path``, at most CONCURRENCY at once; return calls/s."""
+    gate = asyncio.Semaphore(CONCURRENCY)
+
+    async def one(i: int) -> None:
+        async with gate:
+            await path(i)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one(i) for i in range(requests)))
+    return requests / (time.perf_counter() - started)
+
+
+async def measure(engine_url: str, model_dir: str, requests: int, rounds: int) -> None:
+    import aiohttp
+    from openai import AsyncOpenAI
+    from renderers import DefaultRendererConfig, create_renderer
+    from renderers.base import load_tokenizer
+    from renderers.client import generate
+    from rollyard import GenerateRequest, SamplingParams
+    from rollyard_plugins.sglang_transport import SGLangTransport
+    from rollyard_verifiers.bridge import GENERATE_PATH, Bridge, BridgeClient, BridgeServer
+
+    renderer = create_renderer(load_tokenizer(model_dir), DefaultRendererConfig())
+    prompt_ids = list(renderer.render(MESSAGES, add_generation_prompt=True).token_ids)
+    stop_ids = list(renderer.get_stop_token_ids())
+    transport = SGLangTransport([engine_url])
+    bridge = Bridge(transport, model="tiny", max_model_len=512)
+
+    def body(i: int) -> dict[str, Any]:
+        return {"model": "tiny", "token_ids": prompt_ids,
+                "sampling_params": {"max_tokens": MAX_NEW_TOKENS, "seed": i,
+                                    "stop_token_ids": stop_ids, "logprobs": 1}}
+
+    async with BridgeServer(bridge) as server, aiohttp.ClientSession() as http:
+        openai = AsyncOpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+        endpoint = server.base_url.removesuffix("/v1") + GENERATE_PATH
+
+        async def direct(i: int) -> Any:
+            return await transport.generate(GenerateRequest(prompt_ids, SamplingParams(
+                max_new_tokens=MAX_NEW_TOKENS, stop_token_ids=stop_ids, seed=i)))
+
+        async def client_face(i: int) -> Any:
+            return await generate(client=BridgeClient(bridge), renderer=renderer,
+                                  messages=MESSAGES, model="tiny",
+                                  sampling_params={"max_tokens": MAX_NEW_TOKENS, "seed": i})
+
+        async def http_face(i: int) -> Any:
+            async with http.post(endpoint, json=body(i)) as response:
+                return await response.read()
+
+        async def openai_http_face(i: int) -> Any:
+            return await generate(client=openai, renderer=renderer, messages=MESSAGES,
+                                  model="tiny",
+                                  sampling_params={"max_tokens": MAX_NEW_TOKENS, "seed": i},
+                                  extra_headers={"X-Session-ID": f"s{i}"})
+
+        paths: dict[str, Path] = {
+            "direct": direct, "renderer -> bridge client face": client_face,
+            "HTTP face (aiohttp client)": http_face,
+            "renderer -> OpenAI client -> HTTP face": openai_http_face}
+        names = list(paths)
+        for name in names:  # warm-up: connections, tokenizer caches
+            await requests_per_second(paths[name], CONCURRENCY)
+        rates: dict[str, list[float]] = {name: [] for name in names}
+        for r in range(rounds):
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                rates[name].append(await requests_per_second(paths[name], requests))
+        await openai.close()
+    await transport.close()
+    base = statistics.median(rates["direct"])
+    print(f"{requests} requests per round, {CONCURRENCY} concurrent, {rounds} rounds, "
+          f"prompt {len(prompt_ids)} tokens, up to {MAX_NEW_TOKENS} new tokens")
+    print(f"{'path':<40} {'median req/s':>12} {'vs direct':>10}")
+    for name in names:
+        median = statistics.median(rates[name])
+        print(f"{name:<40} {median:12.1f} {median / base:10.2f}")
+    print("target: bridge/direct >= 0.9")
+
+
+def main() -> int:
+    requests = int(sys.argv[1]) if len(sys.argv) > 1 else 128
+    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+    from rollyard.models.tiny import build_tiny_model
+    from rollyard_plugins.embedded_engine.launcher import EmbeddedEngine
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = str(build_tiny_model(tmp))
+        handle = EmbeddedEngine().launch(model_dir, 0)
+        try:
+            asyncio.run(measure(handle.url, model_dir, requests, rounds))
+        finally:
+            handle.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
