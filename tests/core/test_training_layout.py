@@ -15,8 +15,11 @@ QWEN3 = {"model_type": "qwen3", "hidden_size": 64, "intermediate_size": 128,
          "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}}
 
 
-def _model_dir(tmp_path: Path, **changes: object) -> str:
+def _model_dir(tmp_path: Path, weights: bool = True, **changes: object) -> str:
+    """A model folder whose config is checked; the weights file only has to exist."""
     (tmp_path / "config.json").write_text(json.dumps({**QWEN3, **changes}))
+    if weights:
+        (tmp_path / "model.safetensors").write_bytes(b"")
     return str(tmp_path)
 
 
@@ -70,6 +73,11 @@ def test_bad_train_config_fields_are_named(tmp_path: Path, config: TrainConfig,
 def test_a_folder_without_config_is_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"no config\.json"):
         check_layout(str(tmp_path), TrainConfig(), tp=1, dp=1)
+
+
+def test_a_folder_without_weights_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"no model\.safetensors .*weights are required"):
+        check_layout(_model_dir(tmp_path, weights=False), TrainConfig(), tp=1, dp=1)
 
 
 def test_train_group_checks_cpus_of_the_ray_cluster(tmp_path: Path, ray_session) -> None:

@@ -26,20 +26,31 @@ def read_hf_config(model_dir: str | pathlib.Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def load_hf_weights(model_dir: str | pathlib.Path) -> dict[str, torch.Tensor]:
-    """Every tensor of a model folder, from one ``model.safetensors`` or an indexed shard set."""
-    from safetensors.torch import load_file
-
+def weight_files(model_dir: str | pathlib.Path) -> list[pathlib.Path]:
+    """The safetensors files of a model folder: one ``model.safetensors`` or an indexed set."""
     folder = pathlib.Path(model_dir)
     if (folder / WEIGHTS_FILE).is_file():
-        return load_file(folder / WEIGHTS_FILE)
+        return [folder / WEIGHTS_FILE]
     if (folder / _INDEX_FILE).is_file():
         index = json.loads((folder / _INDEX_FILE).read_text())
-        tensors: dict[str, torch.Tensor] = {}
-        for shard in sorted(set(index["weight_map"].values())):
-            tensors.update(load_file(folder / shard))
-        return tensors
-    raise ConfigError(f"model folder {model_dir}: no {WEIGHTS_FILE} or {_INDEX_FILE}")
+        files = [folder / shard for shard in sorted(set(index["weight_map"].values()))]
+        missing = [f.name for f in files if not f.is_file()]
+        if missing:
+            raise ConfigError(f"model folder {model_dir}: {_INDEX_FILE} lists missing shards "
+                              f"{missing}")
+        return files
+    raise ConfigError(f"model folder {model_dir}: no {WEIGHTS_FILE} or {_INDEX_FILE} "
+                      "(safetensors weights are required)")
+
+
+def load_hf_weights(model_dir: str | pathlib.Path) -> dict[str, torch.Tensor]:
+    """Every tensor of a model folder."""
+    from safetensors.torch import load_file
+
+    tensors: dict[str, torch.Tensor] = {}
+    for path in weight_files(model_dir):
+        tensors.update(load_file(path))
+    return tensors
 
 
 def write_hf_folder(out_dir: str | pathlib.Path, tensors: dict[str, torch.Tensor],

@@ -13,7 +13,7 @@ from typing import Any
 from rollyard.errors import ConfigError
 from rollyard.training.algorithm import grpo_advantages
 from rollyard.training.batching import TrainItem, check_item, split_for_data_parallel
-from rollyard.training.checkpoint import read_hf_config
+from rollyard.training.checkpoint import read_hf_config, weight_files
 from rollyard.training.config import TrainConfig
 from rollyard.training.model import check_hf_config, check_tensor_parallel
 from rollyard.types import Sample
@@ -32,6 +32,7 @@ def check_layout(model_dir: str, config: TrainConfig, tp: int, dp: int,
     hf_config = read_hf_config(model_dir)
     where = os.path.join(model_dir, "config.json")
     check_tensor_parallel(check_hf_config(hf_config, where), tp, where)
+    weight_files(model_dir)
     if config.global_batch_size is not None and config.global_batch_size % dp:
         raise ConfigError(f"data parallel size {dp} does not divide the batch of "
                           f"{config.global_batch_size} samples per step; choose a --train-dp "
@@ -40,6 +41,21 @@ def check_layout(model_dir: str, config: TrainConfig, tp: int, dp: int,
         raise ConfigError(f"train group needs {tp * dp} ranks (tp={tp} x dp={dp}) but the Ray "
                           f"cluster has only {cpus:g} CPUs; lower --train-tp/--train-dp or "
                           "raise --num-cpus")
+
+
+def _get_all(refs: list[Any]) -> list[Any]:
+    """Results of every rank, raising the first failure as soon as it happens.
+
+    A plain ``ray.get(refs)`` would wait on the healthy ranks, which block in a collective
+    with the dead one until the process-group timeout.
+    """
+    import ray
+
+    pending = list(refs)
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1)
+        ray.get(done)
+    return ray.get(refs)
 
 
 class TrainGroup:
@@ -83,7 +99,7 @@ class TrainGroup:
                 ).remote(model_dir, self.config, tp, dp, rank)
                 for rank in range(world)]
             address, port = ray.get(self._actors[0].free_address.remote())
-            ray.get([actor.setup.remote(address, port) for actor in self._actors])
+            _get_all([actor.setup.remote(address, port) for actor in self._actors])
         except BaseException:
             self.shutdown()
             raise
@@ -110,7 +126,6 @@ class TrainGroup:
         Without any trainable token (every group filtered, or no samples) nothing is updated
         and ``num_samples_trained`` is 0.
         """
-        import ray
 
         start = time.perf_counter()
         items, metrics = self._items(samples)
@@ -121,8 +136,8 @@ class TrainGroup:
                     "trained_tokens": 0.0, "tokens": 0.0,
                     "step_time": time.perf_counter() - start}
         shares = split_for_data_parallel(items, self.dp)
-        results = ray.get([actor.train_step.remote(shares[rank // self.tp], trained_tokens)
-                           for rank, actor in enumerate(self._actors)])
+        results = _get_all([actor.train_step.remote(shares[rank // self.tp], trained_tokens)
+                            for rank, actor in enumerate(self._actors)])
         replicas = results[:: self.tp]  # tensor-parallel rank 0 of every data-parallel replica
         for key in _SUMMED:
             metrics[key] = sum(r.get(key, 0.0) for r in replicas) / trained_tokens
@@ -137,17 +152,14 @@ class TrainGroup:
 
     def logprobs(self, samples: list[Sample]) -> list[list[float]]:
         """The current policy's logprobs of each sample's response tokens."""
-        import ray
 
         items = [TrainItem(s.tokens, s.prompt_len, s.loss_mask, s.logprobs, 0.0)
                  for s in samples]
-        return ray.get([a.logprobs.remote(items) for a in self._actors[: self.tp]])[0]
+        return _get_all([a.logprobs.remote(items) for a in self._actors[: self.tp]])[0]
 
     def export_hf(self, out_dir: str) -> str:
         """Write the current weights as a Hugging Face folder (config, safetensors, tokenizer)."""
-        import ray
-
-        ray.get([actor.export_hf.remote(str(out_dir)) for actor in self._actors])
+        _get_all([actor.export_hf.remote(str(out_dir)) for actor in self._actors])
         return str(out_dir)
 
     def shutdown(self) -> None:

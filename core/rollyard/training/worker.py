@@ -7,6 +7,7 @@ is applied first; with CUDA they use NCCL and nothing is patched.
 
 from __future__ import annotations
 
+import datetime
 import socket
 import time
 import warnings
@@ -21,6 +22,9 @@ from rollyard.training.checkpoint import load_hf_weights, read_hf_config, write_
 from rollyard.training.config import TrainConfig
 from rollyard.training.convert import ModelShape, hf_to_megatron, megatron_to_hf
 from rollyard.training.model import build_gpt_model
+
+# A rank that waits this long in a collective gives up: its peer is dead or stuck.
+COLLECTIVE_TIMEOUT_S = 600
 
 
 def _load_params(model: torch.nn.Module, params: dict[str, torch.Tensor], where: str) -> None:
@@ -78,7 +82,8 @@ class MegatronWorker:
         dist.init_process_group(
             "nccl" if self.device.type == "cuda" else "gloo",
             init_method=f"tcp://{master_addr}:{master_port}",
-            rank=self.rank, world_size=self.tp * self.dp)
+            rank=self.rank, world_size=self.tp * self.dp,
+            timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S))
         parallel_state.initialize_model_parallel(tensor_model_parallel_size=self.tp)
         torch.manual_seed(self.config.seed)
         model_parallel_cuda_manual_seed(self.config.seed)
