@@ -128,6 +128,7 @@ class SGLangTransport(Transport):
         self.settings = {**DEFAULTS, **{k: v for k, v in self.options.items()
                                         if k in DEFAULTS and v is not None}}
         self._session: aiohttp.ClientSession | None = None
+        self._session_loop: asyncio.AbstractEventLoop | None = None
         self._next = 0
         self._sticky: collections.OrderedDict[str, str] = collections.OrderedDict()
 
@@ -151,9 +152,12 @@ class SGLangTransport(Transport):
     def _client(self) -> aiohttp.ClientSession:
         import aiohttp
 
-        if self._session is None or self._session.closed:
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._session_loop is not loop:
+            # A session belongs to the event loop it was made in; a new loop needs a new one.
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=int(self.settings["max_connections"])))
+            self._session_loop = loop
         return self._session
 
     async def _request(self, method: str, url: str, path: str, *, timeout: float,
@@ -238,7 +242,8 @@ class SGLangTransport(Transport):
                                  f"still report {stale}", url=next(iter(stale)))
 
     async def close(self) -> None:
-        if self._session is not None and not self._session.closed:
+        if (self._session is not None and not self._session.closed
+                and self._session_loop is asyncio.get_running_loop()):
             await self._session.close()
         self._session = None
 

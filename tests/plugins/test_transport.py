@@ -208,3 +208,34 @@ def test_abort_request_on_the_engine_raises_engine_aborted(embedded_engine) -> N
 
     with pytest.raises(EngineAborted, match="abort"):
         asyncio.run(go())
+
+
+def test_one_transport_serves_successive_event_loops(embedded_engine) -> None:
+    transport = SGLangTransport([embedded_engine.url])
+    request = GenerateRequest(PROMPT, SamplingParams(max_new_tokens=2, seed=1))
+    first = asyncio.run(transport.generate(request))
+    second = asyncio.run(transport.generate(request))
+    asyncio.run(transport.close())
+    asyncio.run(transport.close())
+    assert first.output_ids == second.output_ids
+
+
+def test_a_client_that_hangs_up_frees_its_slot(embedded_engine, http) -> None:
+    import aiohttp
+
+    body = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 400, "ignore_eos": True}}
+
+    async def give_up() -> None:
+        async with aiohttp.ClientSession() as session:
+            with pytest.raises(asyncio.TimeoutError):
+                await session.post(embedded_engine.url + "/generate", json=body,
+                                   timeout=aiohttp.ClientTimeout(total=0.3))
+
+    _, before = http(embedded_engine.url, "/get_server_info")
+    asyncio.run(give_up())
+    deadline = time.monotonic() + 30
+    while http(embedded_engine.url, "/get_server_info")[1]["running"]:
+        assert time.monotonic() < deadline, "the abandoned request kept running"
+        time.sleep(0.05)
+    _, after = http(embedded_engine.url, "/get_server_info")
+    assert after["generated_tokens"] - before["generated_tokens"] < 400

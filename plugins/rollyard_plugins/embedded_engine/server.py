@@ -177,7 +177,8 @@ async def serve(model_dir: str, host: str, port: int, max_batch_size: int = 64,
                 weight_update_policy: str = "wait") -> None:
     """Load the model, then serve until cancelled. Prints one ``ready`` line when listening."""
     server = EngineServer(model_dir, max_batch_size, weight_update_policy)
-    runner = web.AppRunner(server.app(), access_log=None)
+    # handler_cancellation: a client that hangs up (e.g. a transport timeout) frees its slot.
+    runner = web.AppRunner(server.app(), access_log=None, handler_cancellation=True)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
