@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from rollyard.errors import ConfigError, TooManyFailures
+from rollyard.errors import ConfigError, TooManyFailures, TransportError
 from rollyard.interfaces import RewardContext, RolloutContext
 from rollyard.options import DEST_SEPARATOR, plugin_options
 from rollyard.plugins import PluginManager
@@ -209,6 +209,7 @@ class RunSession:
         started = time.perf_counter()
         restarted = await self.fleet.restart_dead(transport, self.weights_dir,
                                                   self.weight_version)
+
         settings = CollectSettings(args.group_size, args.max_concurrent_groups,
                                    args.rollout_timeout)
         samples = await collect_step(rollout, rewards, tasks.take(args.groups_per_step), settings)
@@ -227,18 +228,29 @@ class RunSession:
         train_metrics = await asyncio.to_thread(self.group.train, usable)
         metrics.update({f"train/{k}": v for k, v in train_metrics.items()})
         if train_metrics.get("num_samples_trained", 0) > 0:
-            self.weights_dir = await self.push_weights(transport, step)
+            self.weights_dir, restarted_now = await self.push_weights(transport, step)
             self.weight_version = step
+            metrics["engines/restarted"] += restarted_now
         metrics.update({"time/step_s": time.perf_counter() - started, "time/rollout_s": rollout_s,
                         "weight_version": float(self.weight_version),
                         "perf/tokens_per_s": metrics["response/tokens"] / rollout_s})
         return metrics
 
-    async def push_weights(self, transport: Any, step: int) -> str:
-        """Export the policy and make every engine serve it as weight version ``step``."""
+    async def push_weights(self, transport: Any, step: int) -> tuple[str, int]:
+        """Export the policy and make every engine serve it as weight version ``step``.
+        Returns the weights folder and how many dead engines were relaunched on the way."""
         target = self.run_dir / "weights" / f"step-{step:05d}"
         await asyncio.to_thread(self.group.export_hf, str(target))
-        await transport.update_weights(str(target.resolve()), step)
+        try:
+            await transport.update_weights(str(target.resolve()), step)
+        except TransportError:
+            # an engine that died is relaunched and loads these weights; a live engine that
+            # refused them is a real error
+            restarted = await self.fleet.restart_dead(transport, str(target.resolve()), step)
+            if not restarted:
+                raise
+        else:
+            restarted = []
         for old in sorted((self.run_dir / "weights").glob("step-*"))[:-2]:
             shutil.rmtree(old, ignore_errors=True)
-        return str(target.resolve())
+        return str(target.resolve()), len(restarted)
