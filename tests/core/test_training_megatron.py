@@ -198,8 +198,7 @@ def test_tensor_parallel_1_with_kl_and_entropy(llama_untied: Path, ray_session: 
                                                tmp_path: Path) -> None:
     """Llama with an untied output layer, a frozen reference for KL and an entropy bonus."""
     config = TrainConfig(lr=1e-2, kl_coef=0.1, entropy_coef=0.01, micro_batch_size=4)
-    group = TrainGroup(str(llama_untied), config, tp=1, dp=1)
-    try:
+    with TrainGroup(str(llama_untied), config, tp=1, dp=1) as group:
         samples = make_samples(2, 4, seed=3, rewards=[0.0, 1.0, 0.5])
         reference = hf_logprobs(llama_untied, samples)
         for a, b in zip(group.logprobs(samples), reference):
@@ -212,21 +211,17 @@ def test_tensor_parallel_1_with_kl_and_entropy(llama_untied: Path, ray_session: 
         second = group.train(samples)
         assert second["kl"] > 0 and math.isfinite(second["loss"])
         assert second["entropy"] > 0 and second["lr"] == pytest.approx(1e-2)
-    finally:
-        group.shutdown()
 
 
 @pytest.mark.slow
 def test_data_parallel_2_matches_the_single_process_gradient(qwen3_tied: Path,
                                                              ray_session: object) -> None:
     """Two data-parallel replicas split the batch; the loss and gradient are those of one."""
-    group = TrainGroup(str(qwen3_tied), TrainConfig(lr=1e-3, micro_batch_size=2), tp=1, dp=2)
-    try:
+    with TrainGroup(str(qwen3_tied), TrainConfig(lr=1e-3, micro_batch_size=2), tp=1,
+                    dp=2) as group:
         samples = make_samples(3, 2, seed=4, rewards=[0.0, 1.0])
         with_logprobs(samples, hf_logprobs(qwen3_tied, samples))
         metrics = group.train(samples)
         assert metrics["num_samples_trained"] == 6
         assert metrics["grad_norm"] == pytest.approx(
             hf_policy_grad_norm(qwen3_tied, samples, 1.0), rel=1e-4)
-    finally:
-        group.shutdown()

@@ -43,6 +43,11 @@ def check_layout(model_dir: str, config: TrainConfig, tp: int, dp: int,
                           "raise --num-cpus")
 
 
+def _to_item(sample: Sample, advantage: float = 0.0) -> TrainItem:
+    return TrainItem(sample.tokens, sample.prompt_len, sample.loss_mask, sample.logprobs,
+                     advantage)
+
+
 def _get_all(refs: list[Any]) -> list[Any]:
     """Results of every rank, raising the first failure as soon as it happens.
 
@@ -107,14 +112,13 @@ class TrainGroup:
     def _items(self, samples: list[Sample]) -> tuple[list[TrainItem], dict[str, float]]:
         """GRPO advantages; the samples that are trained on, as items, and group counts."""
         for sample in samples:
-            check_item(TrainItem(sample.tokens, sample.prompt_len, sample.loss_mask,
-                                 sample.logprobs, 0.0),
-                       f"sample of task {sample.task_id!r}", self.max_len, self.vocab_size)
+            check_item(_to_item(sample), f"sample of task {sample.task_id!r}", self.max_len,
+                       self.vocab_size)
         advantages = grpo_advantages(
             [s.reward for s in samples], [s.group_id for s in samples],
             filter_zero_variance=self.config.filter_zero_variance,
             scale_by_std=self.config.scale_advantages_by_std)
-        items = [TrainItem(s.tokens, s.prompt_len, s.loss_mask, s.logprobs, adv)
+        items = [_to_item(s, adv)
                  for s, adv, keep in zip(samples, advantages.values, advantages.keep) if keep]
         counts = {"num_groups": float(advantages.num_groups),
                   "num_groups_filtered": float(advantages.num_groups_filtered)}
@@ -126,7 +130,6 @@ class TrainGroup:
         Without any trainable token (every group filtered, or no samples) nothing is updated
         and ``num_samples_trained`` is 0.
         """
-
         start = time.perf_counter()
         items, metrics = self._items(samples)
         trained_tokens = float(sum(sum(item.loss_mask) for item in items))
@@ -152,15 +155,19 @@ class TrainGroup:
 
     def logprobs(self, samples: list[Sample]) -> list[list[float]]:
         """The current policy's logprobs of each sample's response tokens."""
-
-        items = [TrainItem(s.tokens, s.prompt_len, s.loss_mask, s.logprobs, 0.0)
-                 for s in samples]
+        items = [_to_item(s) for s in samples]
         return _get_all([a.logprobs.remote(items) for a in self._actors[: self.tp]])[0]
 
     def export_hf(self, out_dir: str) -> str:
         """Write the current weights as a Hugging Face folder (config, safetensors, tokenizer)."""
         _get_all([actor.export_hf.remote(str(out_dir)) for actor in self._actors])
         return str(out_dir)
+
+    def __enter__(self) -> TrainGroup:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.shutdown()
 
     def shutdown(self) -> None:
         """Stop the ranks and release the placement group; safe to call twice."""
