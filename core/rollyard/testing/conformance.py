@@ -1,0 +1,444 @@
+"""The conformance check: does a plugin keep the contract the core relies on?
+
+It loads the plugin the way a run does (entry point, or an in-process module), checks what it
+registers and the options it declares, builds each rollout from a RolloutContext, checks its
+task splits, runs groups against a scripted engine, validates every sample at the core's own
+boundary (:func:`rollyard.run.collect.checked`), scores them with the rollout's default
+rewards and checks that engine aborts and transport errors become aborted/failed samples.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import math
+import random
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rollyard.errors import EngineAborted, PluginError, SampleError, TransportError
+from rollyard.interfaces import RewardContext, Rollout, RolloutContext
+from rollyard.options import DEST_SEPARATOR, plugin_options
+from rollyard.plugins import PluginManager, PluginWarning
+from rollyard.rewards import RewardSet
+from rollyard.run.collect import checked
+from rollyard.testing.fakes import SCRIPTED_URL, Reply, ScriptedTransport, tiny_tokenizer
+from rollyard.testing.report import ConformanceReport
+from rollyard.train_options import add_core_train_options
+from rollyard.types import Sample, SampleStatus, SamplingParams, Task
+
+SPLITS = ("train", "eval")
+USABLE = (SampleStatus.COMPLETED, SampleStatus.TRUNCATED)
+
+
+def check_plugin(plugin: str | object, *, name: str | None = None,
+                 options: Mapping[str, Any] | None = None, tokenizer: Any = None,
+                 config: Mapping[str, Any] | None = None, replies: Sequence[Reply] = (),
+                 group_size: int = 3, timeout_s: float = 60.0) -> ConformanceReport:
+    """Check a plugin: an installed entry-point name (``"toy"``) or a plugin module/object
+    registered in-process under ``name`` (the name that prefixes its options).
+
+    ``options`` override the defaults of the plugin's own options (without the prefix);
+    ``tokenizer`` defaults to the tiny model's; ``replies`` script the engine (see
+    :class:`ScriptedTransport`). Never raises for a plugin's fault: the report says what broke.
+    """
+    if isinstance(plugin, str):
+        label = plugin
+        manager = PluginManager(environ={"ROLLYARD_LOAD_PLUGINS": plugin})
+        if not manager.entry_points():
+            installed = sorted(ep.name for ep in PluginManager(environ={}).entry_points())
+            report = ConformanceReport(label)
+            report.add("registration", "fail", f"no entry point named {plugin!r} in group "
+                       f"'rollyard' is installed; installed: {', '.join(installed) or 'none'}")
+            return report
+        load = manager.load_all
+    else:
+        if not name:
+            raise ValueError("check_plugin(<module>) needs name=: the plugin's name, which "
+                             "prefixes its options (the entry-point name it will have)")
+        label, manager = name, PluginManager(environ={})
+
+        def load() -> None:
+            manager.register(plugin, name=label)
+
+    report = ConformanceReport(label)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PluginWarning)  # the report carries the errors
+        load()
+    record = manager.records[label]
+    where = f"plugin {label!r}"
+    if record.errors:
+        for error in record.errors:
+            report.add("registration", "fail", f"{where}: {error}")
+    elif not record.hooks:
+        report.add("registration", "fail", f"{where} implements no rollyard hook")
+    else:
+        registers = "; ".join(f"{kind}: {', '.join(names)}"
+                              for kind, names in record.registers.items()) or "nothing"
+        report.add("registration", "pass", f"{where} ({record.distribution}) implements "
+                   f"{', '.join(record.hooks)}; registers {registers}")
+    declared = _check_options(report, manager, label)
+    if declared is None:
+        return report
+    merged = {**declared, **(options or {})}
+    rollouts = record.registers.get("rollout", [])
+    for rollout_name in rollouts:
+        report.extend(check_rollout(
+            manager.get("rollout", rollout_name), options=merged, tokenizer=tokenizer,
+            config=config, replies=replies, plugin=label, group_size=group_size,
+            timeout_s=timeout_s, manager=manager))
+    if not rollouts:
+        report.add("rollouts", "skip", f"{where} registers no rollout")
+    scored = {r for n in rollouts for r in manager.get("rollout", n).default_rewards}
+    for reward_name in record.registers.get("reward", []):
+        if reward_name not in scored:
+            _check_reward_builds(report, where, manager, reward_name, merged, tokenizer)
+    return report
+
+
+def check_rollout(rollout_cls: type[Rollout], *, options: Mapping[str, Any] | None = None,
+                  tokenizer: Any = None, config: Mapping[str, Any] | None = None,
+                  replies: Sequence[Reply] = (), plugin: str | None = None,
+                  group_size: int = 3, timeout_s: float = 60.0,
+                  manager: PluginManager | None = None) -> ConformanceReport:
+    """Check one rollout class: construction, task splits, groups against a scripted engine,
+    sample validity, default rewards, and aborts/transport errors becoming samples.
+
+    ``options`` are what the rollout finds in ``context.options``; default rewards are looked
+    up in ``manager`` first, then among the installed plugins.
+    """
+    label = plugin or rollout_cls.name or rollout_cls.__qualname__
+    checker = _RolloutChecker(rollout_cls, label, dict(options or {}),
+                              tiny_tokenizer() if tokenizer is None else tokenizer,
+                              {**core_defaults(), **(config or {})}, list(replies),
+                              group_size, timeout_s)
+    checker.run(manager)
+    return checker.report
+
+
+def core_defaults() -> dict[str, Any]:
+    """The run config a rollout sees when ``rollyard train`` is given no options."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_core_train_options(parser)
+    return vars(parser.parse_args([]))
+
+
+def _check_options(report: ConformanceReport, manager: PluginManager,
+                   label: str) -> dict[str, Any] | None:
+    """Add the plugin's options to a ``train`` parser beside the core's; their defaults."""
+    parser = argparse.ArgumentParser(prog="rollyard train", add_help=False)
+    add_core_train_options(parser)
+    where = f"plugin {label!r}"
+    try:
+        manager.hooks.add_options(parser, plugins=[label])
+    except PluginError as exc:
+        report.add("options", "fail", f"{where}: {exc}")
+        return None
+    except Exception as exc:
+        report.add("options", "fail", f"{where}: add_options raised {type(exc).__name__}: {exc}")
+        return None
+    head = f"{label}{DEST_SEPARATOR}"
+    flags = [f for a in parser._actions if a.dest.startswith(head) for f in a.option_strings]
+    try:
+        declared = plugin_options(parser.parse_args([]), label)
+    except SystemExit:
+        report.add("options", "fail", f"{where}: `rollyard train` with no options does not "
+                   "parse; every plugin option needs a default")
+        return None
+    report.add("options", "pass", f"{where} declares {', '.join(flags)}" if flags
+               else f"{where} declares no options")
+    return declared
+
+
+def _check_reward_builds(report: ConformanceReport, where: str, manager: PluginManager,
+                         name: str, options: dict[str, Any], tokenizer: Any) -> None:
+    check = f"reward {name!r}"
+    try:
+        manager.get("reward", name)(RewardContext(tokenizer, options))
+    except Exception as exc:
+        report.add(check, "fail", f"{where}: building reward {name!r} raised "
+                   f"{type(exc).__name__}: {exc}")
+        return
+    report.add(check, "pass", f"{where}: builds (no rollout of this plugin uses it by default, "
+               "so it was not scored)")
+
+
+class _RolloutChecker:
+    """Runs the rollout checks in order; later checks need what earlier ones produced."""
+
+    def __init__(self, rollout_cls: type[Rollout], plugin: str, options: dict[str, Any],
+                 tokenizer: Any, config: dict[str, Any], replies: list[Reply],
+                 group_size: int, timeout_s: float) -> None:
+        self.cls, self.options, self.config = rollout_cls, options, config
+        self.tokenizer = tokenizer
+        self.replies, self.n, self.timeout_s = replies, group_size, timeout_s
+        self.name = getattr(rollout_cls, "name", "") or rollout_cls.__qualname__
+        self.plugin = plugin
+        self.where = f"plugin {plugin!r}, rollout {self.name!r}"
+        self.report = ConformanceReport(plugin)
+
+    def add(self, check: str, passed: bool | None, message: str) -> None:
+        outcome = "skip" if passed is None else "pass" if passed else "fail"
+        self.report.add(f"rollout {self.name!r}: {check}", outcome, message)
+
+    # ------------------------------------------------------------------ building
+
+    def run(self, manager: PluginManager | None) -> None:
+        rewards = self.reward_set(manager)
+        built = [self.build(rewards) for _ in range(2)]
+        if built[0] is None or built[1] is None:
+            return
+        self.add("construct", True, f"{self.where} builds from a RolloutContext")
+        splits = {split: self.split(built[0][0], split) for split in SPLITS}
+        if any(tasks is None for tasks in splits.values()):
+            return
+        self.deterministic(splits, built[1][0])
+        self.disjoint(splits)
+        asyncio.run(self.exercise(built[0][0], built[0][1], rewards, splits))
+        self.metrics(built[0][0])
+
+    def reward_set(self, manager: PluginManager | None) -> RewardSet | None:
+        weights = getattr(self.cls, "default_rewards", {})
+        check = "default rewards"
+        if not isinstance(weights, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)
+                and math.isfinite(v) for k, v in weights.items()):
+            self.add(check, False, f"{self.where}: default_rewards is {weights!r}; expected "
+                     "{reward name: finite weight}")
+            return None
+        rewards, missing = {}, []
+        for name in weights:
+            found = _find_reward(name, manager)
+            if found is None:
+                missing.append(name)
+                continue
+            cls, owner, owner_options = found
+            options = self.options if owner == self.plugin else owner_options
+            try:
+                rewards[name] = cls(RewardContext(self.tokenizer, options))
+            except Exception as exc:
+                self.add(check, False, f"{self.where}: building reward {name!r} raised "
+                         f"{type(exc).__name__}: {exc}")
+                return None
+        if missing:
+            self.add(check, False, f"{self.where}: default reward(s) {missing} are not "
+                     "registered by this plugin or any installed one")
+            return None
+        return RewardSet(rewards, weights)
+
+    def build(self, rewards: RewardSet | None) -> tuple[Rollout, ScriptedTransport] | None:
+        transport = ScriptedTransport(self.replies, tokenizer=self.tokenizer)
+        context = RolloutContext(
+            config=dict(self.config), tokenizer=self.tokenizer, transport=transport,
+            rewards=rewards if rewards is not None else RewardSet({}, {}),
+            options=dict(self.options), rng=random.Random(int(self.config.get("seed") or 0)),
+            sampling=SamplingParams(max_new_tokens=int(self.config.get("max_new_tokens", 16)),
+                                    seed=int(self.config.get("seed") or 0)))
+        try:
+            return self.cls(context), transport
+        except Exception as exc:
+            self.add("construct", False, f"{self.where}: building it with options "
+                     f"{self.options} raised {type(exc).__name__}: {exc}")
+            return None
+
+    # ------------------------------------------------------------------ tasks
+
+    def split(self, rollout: Rollout, split: str) -> list[Task] | None:
+        check = f"tasks({split!r})"
+        try:
+            tasks = list(rollout.tasks(split))
+        except Exception as exc:
+            self.add(check, False, f"{self.where}: tasks({split!r}) raised "
+                     f"{type(exc).__name__}: {exc}")
+            return None
+        problems = _task_problems(tasks)
+        if not tasks:
+            problems.insert(0, f"the {split!r} split is empty; both 'train' and 'eval' need "
+                               "at least one task")
+        if problems:
+            self.add(check, False, f"{self.where}: tasks({split!r}): " + "; ".join(problems))
+            return None
+        self.add(check, True, f"{len(tasks)} tasks with unique ids")
+        return tasks
+
+    def deterministic(self, splits: dict[str, list[Task]], again: Rollout) -> None:
+        for split, tasks in splits.items():
+            try:
+                difference = _first_difference(tasks, list(again.tasks(split)))
+            except Exception as exc:
+                difference = f"the second call raised {type(exc).__name__}: {exc}"
+            if difference:
+                self.add("tasks are deterministic", False, f"{self.where}: tasks({split!r}) "
+                         f"differ between two constructions with the same seed: {difference}")
+                return
+        self.add("tasks are deterministic", True, "two constructions with the same seed give "
+                 "the same tasks")
+
+    def disjoint(self, splits: dict[str, list[Task]]) -> None:
+        shared = sorted({t.id for t in splits["train"]} & {t.id for t in splits["eval"]})
+        if shared:
+            self.add("splits are disjoint", False, f"{self.where}: {len(shared)} task id(s) are "
+                     f"in both 'train' and 'eval', e.g. {shared[:3]}")
+        else:
+            self.add("splits are disjoint", True, "no task id is in both 'train' and 'eval'")
+
+    # ------------------------------------------------------------------ episodes
+
+    async def exercise(self, rollout: Rollout, transport: ScriptedTransport,
+                       rewards: RewardSet | None, splits: dict[str, list[Task]]) -> None:
+        ok = True
+        for split in SPLITS:
+            task = splits[split][0]
+            samples = await self.group(rollout, task, f"run_group ({split})")
+            if samples is None:
+                ok = False
+                continue
+            ok = self.samples(task, samples, f"samples ({split})") and ok
+            if rewards is not None and ok:
+                await self.score(rewards, task, [s for s in samples if s.status in USABLE],
+                                 f"default rewards ({split})")
+        if not ok:
+            return
+        calls = len(transport.requests)
+        task = splits["train"][0]
+        for check, error in (("engine abort", EngineAborted("scripted engine abort",
+                                                            url=SCRIPTED_URL)),
+                             ("transport error", TransportError("scripted connection refused",
+                                                                url=SCRIPTED_URL))):
+            transport.replies = [error]
+            if not calls:
+                self.add(check, None, f"{self.where}: run_group never called the transport")
+                continue
+            samples = await self.group(rollout, task, check)
+            if samples is not None and self.samples(task, samples, check, usable=False):
+                self.add(check, True, f"{len(samples)} samples, statuses "
+                         f"{sorted({s.status.value for s in samples})}")
+        transport.replies = list(self.replies)
+
+    async def group(self, rollout: Rollout, task: Task, check: str) -> list[Any] | None:
+        """``run_group(task, n)``, or None after reporting why it gave nothing."""
+        try:
+            return await asyncio.wait_for(rollout.run_group(task, self.n), self.timeout_s)
+        except TimeoutError:
+            problem = f"did not return within {self.timeout_s}s"
+        except Exception as exc:
+            problem = f"raised {type(exc).__name__}: {exc}"
+        hint = (" instead of returning aborted/failed samples" if check in
+                ("engine abort", "transport error") else "")
+        self.add(check, False, f"{self.where}, task {task.id!r}: run_group(task, {self.n}) "
+                 f"{problem}{hint}")
+        return None
+
+    def samples(self, task: Task, returned: Any, check: str, usable: bool = True) -> bool:
+        """Validate like the core does, plus what training needs; report and return ok."""
+        problems = []
+        if isinstance(returned, list) and len(returned) < self.n:
+            problems.append(f"returned {len(returned)} samples for {self.n} episodes; every "
+                            "episode needs at least one sample (a failed one if it was lost)")
+        originals = list(returned) if isinstance(returned, list) else []
+        for sample in checked(returned, task, self.name):
+            if not any(sample is original for original in originals):
+                problems.append(sample.metadata["failure"])
+        for i, s in enumerate(x for x in originals if isinstance(x, Sample)):
+            if s.task_id != task.id:
+                problems.append(f"sample {i}: field 'task_id' is {s.task_id!r}")
+            if not s.group_id:
+                problems.append(f"sample {i}: field 'group_id' is empty; GRPO groups by it")
+            if usable is False and s.status in USABLE:
+                problems.append(f"sample {i}: field 'status' is {s.status.value!r} though "
+                                "every generation failed; expected 'aborted' or 'failed'")
+        statuses = [s.status for s in originals if isinstance(s, Sample)]
+        if usable and not problems and not any(s in USABLE for s in statuses):
+            reasons = {s.metadata.get("failure", "?") for s in originals}
+            problems.append(f"no sample is completed or truncated; failures: {sorted(reasons)}")
+        if problems:
+            self.add(check, False, f"{self.where}, task {task.id!r}: " + "; ".join(problems))
+            return False
+        if usable:
+            self.add(check, True, f"{len(originals)} valid samples for task {task.id!r}")
+        return True
+
+    async def score(self, rewards: RewardSet, task: Task, samples: list[Sample],
+                    check: str) -> None:
+        if not rewards:
+            self.add(check, True, "none: the rollout scores its own samples")
+            return
+        await rewards.score_group(samples, task)
+        problems = [s.metadata["failure"] for s in samples if s.status is SampleStatus.FAILED]
+        for s in samples:
+            try:
+                s.validate()
+            except SampleError as exc:
+                problems.append(str(exc))
+        if problems:
+            self.add(check, False, f"{self.where}, task {task.id!r}: {sorted(set(problems))}")
+        else:
+            self.add(check, True, f"{sorted(rewards.rewards)} scored task {task.id!r}: "
+                     f"rewards {[round(s.reward, 4) for s in samples]}")
+
+    def metrics(self, rollout: Rollout) -> None:
+        try:
+            values = rollout.metrics()
+        except Exception as exc:
+            self.add("metrics", False, f"{self.where}: metrics() raised "
+                     f"{type(exc).__name__}: {exc}")
+            return
+        bad = {k: v for k, v in (values.items() if isinstance(values, Mapping) else [])
+               if not isinstance(k, str) or isinstance(v, bool)
+               or not isinstance(v, (int, float)) or not math.isfinite(v)}
+        if not isinstance(values, Mapping) or bad:
+            self.add("metrics", False, f"{self.where}: metrics() must return "
+                     f"{{name: finite float}}; got {bad or values!r:.120}")
+        else:
+            self.add("metrics", True, f"{sorted(values) or 'no metrics'}")
+
+
+def _find_reward(name: str, manager: PluginManager | None
+                 ) -> tuple[type, str, dict[str, Any]] | None:
+    """A reward class, the plugin that registered it and that plugin's option defaults."""
+    if manager is None or name not in manager.registry["reward"]:
+        manager = PluginManager(environ={})
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PluginWarning)
+            manager.load_for_run([("reward", name)])
+        if name not in manager.registry["reward"]:
+            return None
+    owner = manager.owner("reward", name).name
+    parser = argparse.ArgumentParser(add_help=False)
+    manager.hooks.add_options(parser, plugins=[owner])
+    return manager.get("reward", name), owner, plugin_options(parser.parse_args([]), owner)
+
+
+def _task_problems(tasks: list[Any]) -> list[str]:
+    problems = []
+    for i, task in enumerate(tasks):
+        if not isinstance(task, Task):
+            problems.append(f"entry {i} is a {type(task).__name__}, not a rollyard.Task")
+        elif not isinstance(task.id, str) or not task.id:
+            problems.append(f"entry {i}: field 'id' is {task.id!r}; ids are non-empty strings")
+        elif not _prompt_ok(task.prompt):
+            problems.append(f"task {task.id!r}: field 'prompt' is {task.prompt!r:.60}; expected "
+                            "text or chat messages with 'role' and 'content'")
+    counts = collections.Counter(t.id for t in tasks if isinstance(t, Task))
+    problems += [f"task id {tid!r} appears {k} times" for tid, k in counts.items() if k > 1][:3]
+    return problems
+
+
+def _prompt_ok(prompt: Any) -> bool:
+    if isinstance(prompt, str):
+        return bool(prompt)
+    return isinstance(prompt, list) and bool(prompt) and all(
+        isinstance(m, dict) and "role" in m and "content" in m for m in prompt)
+
+
+def _first_difference(first: list[Task], second: list[Task]) -> str:
+    if len(first) != len(second):
+        return f"{len(first)} tasks, then {len(second)}"
+    for i, (a, b) in enumerate(zip(first, second)):
+        for field_name in ("id", "prompt", "data"):
+            if getattr(a, field_name) != getattr(b, field_name):
+                return (f"index {i} (task {a.id!r}): field {field_name!r} is "
+                        f"{getattr(a, field_name)!r:.60}, then {getattr(b, field_name)!r:.60}")
+    return ""

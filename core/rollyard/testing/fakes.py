@@ -1,0 +1,119 @@
+"""Stand-ins for what surrounds a plugin under test: a scripted inference engine and the tiny
+model's tokenizer. Neither is part of the plugin, so faking them tests the plugin for real."""
+
+from __future__ import annotations
+
+import functools
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rollyard.errors import TransportError
+from rollyard.interfaces import Transport
+from rollyard.types import GenerateRequest, GenerateResult
+
+#: One scripted engine reply: output token ids, text (encoded with the transport's tokenizer),
+#: a whole GenerateResult, an exception to raise (EngineAborted, TransportError …), or a
+#: function of the request returning any of these.
+Reply = list[int] | str | GenerateResult | BaseException | Callable[[GenerateRequest], Any]
+
+SCRIPTED_URL = "scripted://engine"
+
+
+@dataclass
+class _Echo:
+    """The default reply: the last few prompt tokens, then the first stop token."""
+
+    tokens: int = 3
+
+    def __call__(self, request: GenerateRequest) -> list[int]:
+        stop = request.sampling.stop_token_ids[:1]
+        return list(request.input_ids[-self.tokens:]) + list(stop)
+
+
+class ScriptedTransport(Transport):
+    """A transport whose engine answers from a script instead of a model.
+
+    Replies are used in order, one per ``generate`` call, and cycle when the script runs out;
+    with none it echoes the prompt's last tokens and a stop token. Like a real engine it
+    rejects malformed requests with :class:`rollyard.TransportError`, cuts outputs at
+    ``max_new_tokens`` (finish reason ``length``) and returns one logprob per output token.
+    Every request is kept in ``requests``::
+
+        transport = ScriptedTransport(["12", EngineAborted("engine restarted")], tokenizer=tok)
+    """
+
+    name = "scripted"
+
+    def __init__(self, replies: Sequence[Reply] = (), *, tokenizer: Any = None,
+                 logprob: float = -0.5, weight_version: int = 0) -> None:
+        super().__init__([SCRIPTED_URL])
+        self.replies: list[Reply] = list(replies)
+        self.tokenizer = tokenizer
+        self.logprob = logprob
+        self.weight_version = weight_version
+        self.requests: list[GenerateRequest] = []
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        self._check(request)
+        script = self.replies or [_Echo()]
+        reply = script[len(self.requests) % len(script)]
+        self.requests.append(request)
+        while callable(reply) and not isinstance(reply, (BaseException, GenerateResult)):
+            reply = reply(request)
+        if isinstance(reply, BaseException):
+            raise reply
+        if isinstance(reply, GenerateResult):
+            return reply
+        if isinstance(reply, str):
+            if self.tokenizer is None:
+                raise TypeError("ScriptedTransport: a text reply needs tokenizer=...")
+            reply = list(self.tokenizer.encode(reply, add_special_tokens=False))
+        limit = request.sampling.max_new_tokens
+        finish = "length" if len(reply) > limit else "stop"
+        output = [int(t) for t in reply[:limit]]
+        return GenerateResult(output_ids=output, logprobs=[self.logprob] * len(output),
+                              finish_reason=finish, weight_version=self.weight_version)
+
+    def _check(self, request: GenerateRequest) -> None:
+        """Reject what a real engine would answer with HTTP 400."""
+        ids = request.input_ids
+        vocab = len(self.tokenizer) if self.tokenizer is not None else None
+        if not isinstance(ids, list) or not ids:
+            raise TransportError(f"bad request: input_ids must be a non-empty list, got "
+                                 f"{ids!r:.60}", url=SCRIPTED_URL)
+        for i, token in enumerate(ids):
+            if not isinstance(token, int) or isinstance(token, bool) or token < 0 or \
+                    (vocab is not None and token >= vocab):
+                raise TransportError(f"bad request: input_ids[{i}] = {token!r} is not a token "
+                                     f"id of the vocabulary (size {vocab})", url=SCRIPTED_URL)
+        if request.sampling.max_new_tokens < 1:
+            raise TransportError(f"bad request: max_new_tokens = "
+                                 f"{request.sampling.max_new_tokens}", url=SCRIPTED_URL)
+
+    async def health(self) -> dict[str, bool]:
+        return {SCRIPTED_URL: True}
+
+    async def weight_versions(self) -> dict[str, int]:
+        return {SCRIPTED_URL: self.weight_version}
+
+    async def update_weights(self, model_dir: str, weight_version: int) -> None:
+        self.weight_version = weight_version
+
+
+@functools.cache
+def tiny_tokenizer() -> Any:
+    """The tokenizer of ``rollyard init-model``'s tiny models (ChatML template, EOS), saved
+    and loaded back with ``AutoTokenizer`` as a run loads it; built once per process.
+
+    It is the tokenizer :func:`rollyard.models.tiny.build_tiny_model` writes, without building
+    the model weights (which would import torch)."""
+    from transformers import AutoTokenizer
+
+    from rollyard.models.tiny import VOCAB_SIZE
+    from rollyard.models.tokenizer import train_tokenizer
+
+    with tempfile.TemporaryDirectory(prefix="rollyard-tokenizer-") as folder:
+        train_tokenizer(VOCAB_SIZE).save_pretrained(folder)
+        return AutoTokenizer.from_pretrained(folder)
