@@ -186,11 +186,14 @@ class MegatronWorker:
         """Current-policy logprobs of each item's response tokens (engine definition)."""
         self.ddp.eval()
         out = []
-        for item in items:
-            batch = self._on_device(collate([item]))
+        size = self.config.micro_batch_size
+        for start in range(0, len(items), size):
+            chunk = items[start: start + size]
+            batch = self._on_device(collate(chunk))
             logits = self.ddp(batch.input_ids, batch.position_ids, None)
             chosen, _ = token_logprobs(logits, batch.targets, self.config.temperature)
-            out.append(chosen[0, item.prompt_len - 1: len(item.tokens) - 1].cpu().tolist())
+            out += [chosen[row, item.prompt_len - 1: len(item.tokens) - 1].cpu().tolist()
+                    for row, item in enumerate(chunk)]
         return out
 
     @torch.no_grad()
