@@ -129,7 +129,6 @@ class MegatronWorker:
             lr_warmup_steps=cfg.warmup_steps, lr_decay_steps=decay_steps,
             lr_decay_style=cfg.lr_decay_style, start_wd=cfg.weight_decay,
             end_wd=cfg.weight_decay, wd_incr_steps=decay_steps, wd_incr_style="constant")
-        self.steps = 0
 
     def _on_device(self, batch: MicroBatch) -> MicroBatch:
         return MicroBatch(*(t.to(self.device) for t in (
@@ -175,7 +174,6 @@ class MegatronWorker:
         finalize_model_grads([self.ddp])
         self.scheduler.step(1)
         updated, grad_norm, _ = self.optimizer.step()
-        self.steps += 1
         return {**sums, "grad_norm": float(grad_norm if grad_norm is not None else 0.0),
                 "lr": float(self.optimizer.param_groups[0]["lr"]),
                 "update_skipped": float(not updated),
