@@ -25,10 +25,14 @@ def train(rollyard_cli, tmp_path: Path, model_dir: Path, env_id: str, steps: int
         "--verifiers-max-turns", "1", "--model", str(model_dir), "--steps", str(steps),
         "--groups-per-step", str(GROUPS), "--group-size", str(GROUP_SIZE),
         "--num-cpus", "2", "--train-dp", "2", "--runs-dir", str(runs), "--no-progress",
+        "--keep-zero-variance-groups",  # train (and sync weights) even on uniform groups
         *extra, paths=[Path(__file__).parent / "envs"], timeout=400)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     [run] = list(runs.iterdir())
-    read = lambda name: [json.loads(line) for line in (run / name).read_text().splitlines()]  # noqa: E731
+
+    def read(name: str) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in (run / name).read_text().splitlines()]
+
     return read("samples.jsonl"), read("metrics.jsonl")
 
 
@@ -62,6 +66,7 @@ def test_train_on_the_shipped_single_turn_environment(rollyard_cli, tmp_path,
     assert {s["weight_version"] for s in samples if s["step"] == 2} == {1}
     assert [m["weight_version"] for m in metrics] == [1, 2]
     for m in metrics:
+        assert m["train/num_samples_trained"] == GROUPS * GROUP_SIZE
         assert m["env/verifiers/error_rate"] == 0.0
         assert m["env/verifiers/num_turns_mean"] == 1.0
         assert math.isfinite(m["env/verifiers/reward_mean"])
@@ -70,8 +75,7 @@ def test_train_on_the_shipped_single_turn_environment(rollyard_cli, tmp_path,
 
 def test_train_on_the_codegolf_taskset(rollyard_cli, tmp_path, tiny_model_dir) -> None:
     samples, metrics = train(rollyard_cli, tmp_path, tiny_model_dir,
-                             "rollyard_codegolf.verifiers_env", 1, "--max-new-tokens", "16",
-                             "--keep-zero-variance-groups")  # an untrained model scores 0
+                             "rollyard_codegolf.verifiers_env", 1, "--max-new-tokens", "16")
     check_samples(samples, {"correct", "concise"})
     [m] = metrics
     assert m["env/verifiers/error_rate"] == 0.0
