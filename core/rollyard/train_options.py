@@ -47,7 +47,10 @@ def add_core_train_options(parser: argparse.ArgumentParser) -> None:
     rollout.add_argument("--groups-per-step", type=_positive(int), default=8)
     rollout.add_argument("--group-size", type=_positive(int), default=8,
                          help="samples per task (GRPO group)")
-    rollout.add_argument("--max-concurrent-groups", type=_positive(int), default=8)
+    rollout.add_argument("--max-concurrent-groups", type=_positive(int), default=8,
+                         help="groups in flight per rollout worker")
+    rollout.add_argument("--rollout-workers", type=_positive(int), default=1,
+                         help="Ray actors running the rollout plugin")
     rollout.add_argument("--max-new-tokens", type=_positive(int), default=24)
     rollout.add_argument("--temperature", type=float, default=1.0)
     rollout.add_argument("--top-p", type=float, default=1.0)

@@ -16,8 +16,9 @@ def rollyard(*args: str, cwd: Path, timeout: float = 900) -> subprocess.Complete
 
 
 @pytest.mark.slow
-def test_two_steps_with_tensor_parallel_two(tmp_path):
+def test_two_steps_with_tensor_parallel_two_and_two_rollout_workers(tmp_path):
     result = rollyard("train", "--steps", "2", "--train-tp", "2", "--num-cpus", "2",
+                      "--rollout-workers", "2",
                       "--groups-per-step", "4", "--group-size", "4", "--max-new-tokens", "8",
                       "--keep-zero-variance-groups", "--no-progress", "--name", "e2e",
                       "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path)

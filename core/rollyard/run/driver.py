@@ -14,13 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from rollyard.errors import ConfigError, TooManyFailures, TransportError
-from rollyard.interfaces import RewardContext, RolloutContext
 from rollyard.options import DEST_SEPARATOR, plugin_options
 from rollyard.plugins import PluginManager
-from rollyard.rewards import RewardSet
-from rollyard.run.collect import CollectSettings, collect_step
+from rollyard.run.collect import CollectSettings
 from rollyard.run.engines import EngineFleet
 from rollyard.run.metrics import failure_reasons, sample_metrics
+from rollyard.run.rollout_workers import RolloutPool, RolloutSpec
 from rollyard.types import SamplingParams, Task
 
 
@@ -160,15 +159,19 @@ class RunSession:
         self.weights_dir: str | None = None
         self.weight_version = 0
 
-    def _build(self) -> tuple[Any, Any, RewardSet]:
-        from transformers import AutoTokenizer
-
-        args, sel = self.args, self.selection
-        tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir))
-        transport = sel.transport(self.fleet.urls, sel.options("transport", args.transport))
-        rewards = RewardSet({name: cls(RewardContext(tokenizer, sel.options("reward", name)))
-                             for name, cls in sel.rewards.items()}, sel.reward_weights)
-        return tokenizer, transport, rewards
+    def rollout_spec(self) -> RolloutSpec:
+        args, config = self.args, resolved_config(self.args)
+        return RolloutSpec(
+            rollout=args.rollout_plugin, transport=args.transport,
+            reward_weights=self.selection.reward_weights,
+            options={k: v for k, v in config.items() if isinstance(v, dict)},
+            model_dir=str(self.model_dir), engine_urls=self.fleet.urls,
+            sampling=SamplingParams(max_new_tokens=args.max_new_tokens,
+                                    temperature=args.temperature, top_p=args.top_p,
+                                    top_k=args.top_k),
+            settings=CollectSettings(args.group_size, args.max_concurrent_groups,
+                                     args.rollout_timeout),
+            config=config, seed=args.seed)
 
     async def run(self) -> None:
         from rich.progress import (
@@ -180,42 +183,33 @@ class RunSession:
         )
 
         args, sel = self.args, self.selection
-        tokenizer, transport, rewards = self._build()
-        rng = random.Random(args.seed)
-        context = RolloutContext(
-            config=resolved_config(args), tokenizer=tokenizer, transport=transport,
-            rewards=rewards, options=sel.options("rollout", args.rollout_plugin),
-            rng=random.Random(rng.random()),
-            sampling=SamplingParams(max_new_tokens=args.max_new_tokens,
-                                    temperature=args.temperature, top_p=args.top_p,
-                                    top_k=args.top_k))
-        rollout = sel.rollout(context)
-        tasks = TaskCycle(list(rollout.tasks("train")), rng)
+        transport = sel.transport(self.fleet.urls, sel.options("transport", args.transport))
+        pool = await asyncio.to_thread(RolloutPool, self.rollout_spec(), args.rollout_workers)
+        tasks = TaskCycle(await asyncio.to_thread(pool.tasks, "train"), random.Random(args.seed))
         progress = Progress(TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(),
                             TimeElapsedColumn(), disable=args.no_progress)
         try:
             with progress:
                 bar = progress.add_task("steps", total=args.steps)
                 for step in range(1, args.steps + 1):
-                    metrics = await self.step(step, rollout, rewards, transport, tasks)
+                    metrics = await self.step(step, pool, transport, tasks)
                     self.hooks.on_step_end(step, metrics)
                     progress.advance(bar)
         finally:
+            await asyncio.to_thread(pool.close)
             await transport.close()
 
-    async def step(self, step: int, rollout: Any, rewards: RewardSet, transport: Any,
+    async def step(self, step: int, pool: RolloutPool, transport: Any,
                    tasks: TaskCycle) -> dict[str, float]:
         args = self.args
         started = time.perf_counter()
         restarted = await self.fleet.restart_dead(transport, self.weights_dir,
                                                   self.weight_version)
-
-        settings = CollectSettings(args.group_size, args.max_concurrent_groups,
-                                   args.rollout_timeout)
-        samples = await collect_step(rollout, rewards, tasks.take(args.groups_per_step), settings)
+        samples, env_metrics = await asyncio.to_thread(pool.collect,
+                                                       tasks.take(args.groups_per_step))
         rollout_s = time.perf_counter() - started
         metrics = sample_metrics(samples)
-        metrics.update({f"env/{k}": v for k, v in rollout.metrics().items()})
+        metrics.update({f"env/{k}": v for k, v in env_metrics.items()})
         metrics["engines/restarted"] = float(len(restarted))
         self.hooks.on_samples(step, samples)
         bad = metrics["samples/failed_rate"] + metrics["samples/aborted_rate"]
