@@ -119,7 +119,7 @@ def run_training(args: argparse.Namespace, manager: PluginManager) -> Path:
         lr=args.lr, clip_eps=args.clip_eps, kl_coef=args.kl_coef,
         entropy_coef=args.entropy_coef, micro_batch_size=args.micro_batch_size,
         temperature=args.temperature, filter_zero_variance=not args.keep_zero_variance_groups,
-        seed=args.seed)
+        seed=args.seed, global_batch_size=args.groups_per_step * args.group_size)
     started_ray = start_ray(args)
     status, error = "failed", None
     manager.hooks.on_run_start(config, str(run_dir))
