@@ -54,3 +54,13 @@ def test_tensor_parallel_that_does_not_divide_heads_fails_before_training(tmp_pa
     assert result.returncode == 1
     assert "tp" in result.stderr.lower() and "head" in result.stderr.lower()
     assert not (tmp_path / "runs" / "bad" / "weights").exists()
+
+
+@pytest.mark.slow
+def test_data_parallel_that_does_not_divide_the_batch_fails_before_training(tmp_path):
+    result = rollyard("train", "--train-dp", "3", "--num-cpus", "3", "--groups-per-step", "2",
+                      "--group-size", "4", "--steps", "1", "--runs-dir", str(tmp_path / "runs"),
+                      "--name", "bad-dp", "--no-progress", cwd=tmp_path, timeout=600)
+    assert result.returncode == 1
+    assert "data parallel size 3 does not divide the batch of 8" in result.stderr
+    assert not (tmp_path / "runs" / "bad-dp" / "weights").exists()
