@@ -21,7 +21,7 @@ import signal
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 #: The program is passed as an argument; the kernel caps one argument at 128 KiB.
@@ -87,7 +87,6 @@ class ExecResult:
     stdout_truncated: bool = False
     stderr_truncated: bool = False
     sandboxed: bool = True
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
