@@ -20,7 +20,9 @@ from rollyard.plugins import PluginManager
 from rollyard.train_options import add_core_train_options, wanted_plugins
 
 #: Commands of the core itself, as "module:Class" so they are imported only when used.
-CORE_COMMANDS = {"init-model": "rollyard.models.command:InitModelCommand"}
+CORE_COMMANDS = {"init-model": "rollyard.models.command:InitModelCommand",
+                 "new-plugin": "rollyard.scaffold:NewPluginCommand",
+                 "check-plugin": "rollyard.testing.command:CheckPluginCommand"}
 
 
 def _core_command(path: str) -> Command | None:

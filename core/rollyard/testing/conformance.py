@@ -34,13 +34,15 @@ USABLE = (SampleStatus.COMPLETED, SampleStatus.TRUNCATED)
 
 
 def check_plugin(plugin: str | object, *, name: str | None = None,
-                 options: Mapping[str, Any] | None = None, tokenizer: Any = None,
-                 config: Mapping[str, Any] | None = None, replies: Sequence[Reply] = (),
-                 group_size: int = 3, timeout_s: float = 60.0) -> ConformanceReport:
+                 argv: Sequence[str] = (), options: Mapping[str, Any] | None = None,
+                 tokenizer: Any = None, config: Mapping[str, Any] | None = None,
+                 replies: Sequence[Reply] = (), group_size: int = 3,
+                 timeout_s: float = 60.0) -> ConformanceReport:
     """Check a plugin: an installed entry-point name (``"toy"``) or a plugin module/object
     registered in-process under ``name`` (the name that prefixes its options).
 
-    ``options`` override the defaults of the plugin's own options (without the prefix);
+    ``argv`` sets the plugin's options as on the command line (``["--toy-num-tasks", "20"]``);
+    ``options`` then override values by their name without the prefix (``{"num_tasks": 20}``);
     ``tokenizer`` defaults to the tiny model's; ``replies`` script the engine (see
     :class:`ScriptedTransport`). Never raises for a plugin's fault: the report says what broke.
     """
@@ -79,7 +81,7 @@ def check_plugin(plugin: str | object, *, name: str | None = None,
                               for kind, names in record.registers.items()) or "nothing"
         report.add("registration", "pass", f"{where} ({record.distribution}) implements "
                    f"{', '.join(record.hooks)}; registers {registers}")
-    declared = _check_options(report, manager, label)
+    declared = _check_options(report, manager, label, list(argv))
     if declared is None:
         return report
     merged = {**declared, **(options or {})}
@@ -125,9 +127,9 @@ def core_defaults() -> dict[str, Any]:
     return vars(parser.parse_args([]))
 
 
-def _check_options(report: ConformanceReport, manager: PluginManager,
-                   label: str) -> dict[str, Any] | None:
-    """Add the plugin's options to a ``train`` parser beside the core's; their defaults."""
+def _check_options(report: ConformanceReport, manager: PluginManager, label: str,
+                   argv: list[str]) -> dict[str, Any] | None:
+    """Add the plugin's options to a ``train`` parser beside the core's; parse ``argv``."""
     parser = argparse.ArgumentParser(prog="rollyard train", add_help=False)
     add_core_train_options(parser)
     where = f"plugin {label!r}"
@@ -142,10 +144,11 @@ def _check_options(report: ConformanceReport, manager: PluginManager,
     head = f"{label}{DEST_SEPARATOR}"
     flags = [f for a in parser._actions if a.dest.startswith(head) for f in a.option_strings]
     try:
-        declared = plugin_options(parser.parse_args([]), label)
+        declared = plugin_options(parser.parse_args(argv), label)
     except SystemExit:
-        report.add("options", "fail", f"{where}: `rollyard train` with no options does not "
-                   "parse; every plugin option needs a default")
+        report.add("options", "fail", f"{where}: `rollyard train {' '.join(argv)}` does not "
+                   "parse (see the usage error above); without arguments, every plugin option "
+                   "needs a default")
         return None
     report.add("options", "pass", f"{where} declares {', '.join(flags)}" if flags
                else f"{where} declares no options")
@@ -187,17 +190,19 @@ class _RolloutChecker:
 
     def run(self, manager: PluginManager | None) -> None:
         rewards = self.reward_set(manager)
-        built = [self.build(rewards) for _ in range(2)]
-        if built[0] is None or built[1] is None:
+        first = self.build(rewards)
+        second = first and self.build(rewards)
+        if not first or not second:
             return
+        (rollout, transport), (again, _) = first, second
         self.add("construct", True, f"{self.where} builds from a RolloutContext")
-        splits = {split: self.split(built[0][0], split) for split in SPLITS}
+        splits = {split: self.split(rollout, split) for split in SPLITS}
         if any(tasks is None for tasks in splits.values()):
             return
-        self.deterministic(splits, built[1][0])
+        self.deterministic(splits, again)
         self.disjoint(splits)
-        asyncio.run(self.exercise(built[0][0], built[0][1], rewards, splits))
-        self.metrics(built[0][0])
+        asyncio.run(self.exercise(rollout, transport, rewards, splits))
+        self.metrics(rollout)
 
     def reward_set(self, manager: PluginManager | None) -> RewardSet | None:
         weights = getattr(self.cls, "default_rewards", {})

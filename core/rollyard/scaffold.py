@@ -1,0 +1,93 @@
+"""``rollyard new-plugin NAME [DIR]``: start a plugin package from rollyard's template.
+
+The template (``templates/rollyard-plugin`` in the rollyard source tree) is a complete,
+installable single-turn environment named ``myenv``; copying it renames the distribution
+(``rollyard-NAME``), the package (``rollyard_NAME``), the entry point, the option prefix
+(``--NAME-``), the rollout, the reward and the classes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from fnmatch import fnmatch
+from pathlib import Path
+
+from rollyard.errors import ConfigError
+from rollyard.interfaces import Command
+
+TEMPLATE_NAME = "myenv"
+NAME_PATTERN = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
+#: Build and cache leftovers that are never copied.
+IGNORED = ("__pycache__", "*.pyc", "*.egg-info", ".pytest_cache", ".ruff_cache", "build", "dist")
+
+
+def template_dir() -> Path:
+    """Where the template lives in the rollyard source tree."""
+    import rollyard
+
+    return Path(rollyard.__file__).resolve().parents[2] / "templates" / "rollyard-plugin"
+
+
+def replacements(name: str) -> list[tuple[str, str]]:
+    """Template spellings and what they become for plugin ``name``, longest first."""
+    ident = name.replace("-", "_")
+    camel = "".join(part.capitalize() for part in name.split("-"))
+    return [(f"rollyard_{TEMPLATE_NAME}", f"rollyard_{ident}"),
+            (TEMPLATE_NAME.capitalize(), camel), (TEMPLATE_NAME, name)]
+
+
+def rename(text: str, name: str) -> str:
+    for old, new in replacements(name):
+        text = text.replace(old, new)
+    return text
+
+
+def new_plugin(name: str, destination: Path | None = None,
+               template: Path | None = None) -> Path:
+    """Copy the template to ``destination`` (default ``./rollyard-NAME``) as plugin ``name``;
+    return the new package's folder. Raises ConfigError for a bad name or a used folder."""
+    if not NAME_PATTERN.fullmatch(name):
+        raise ConfigError(f"plugin name {name!r}: use lowercase letters, digits and single "
+                          "dashes, starting with a letter (it becomes --NAME-* options and "
+                          "the package rollyard_NAME)")
+    source = template or template_dir()
+    if not (source / "pyproject.toml").is_file():
+        raise ConfigError(f"plugin template not found at {source}; pass --template DIR")
+    target = destination or Path(f"rollyard-{name}")
+    if target.exists() and any(target.iterdir()):
+        raise ConfigError(f"{target} already exists and is not empty; choose another DIR")
+    for path in sorted(source.rglob("*")):
+        relative = path.relative_to(source)
+        if any(fnmatch(part, pattern) for part in relative.parts for pattern in IGNORED):
+            continue
+        copy = target / rename(str(relative), name)
+        if path.is_dir():
+            copy.mkdir(parents=True, exist_ok=True)
+            continue
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(rename(path.read_text(encoding="utf-8"), name), encoding="utf-8")
+    return target
+
+
+class NewPluginCommand(Command):
+    """``rollyard new-plugin NAME [DIR]``."""
+
+    name = "new-plugin"
+    help = "start a plugin package (a single-turn environment with tests) from the template"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("plugin", metavar="NAME",
+                            help="plugin name: entry point, option prefix, rollout name")
+        parser.add_argument("directory", metavar="DIR", nargs="?", type=Path,
+                            help="where to create it (default: ./rollyard-NAME)")
+        parser.add_argument("--template", metavar="DIR", type=Path,
+                            help="copy this template instead of rollyard's own")
+
+    def run(self, args: argparse.Namespace) -> int:
+        target = new_plugin(args.plugin, args.directory, args.template)
+        print(f"created {target}: plugin {args.plugin!r}. Next:\n"
+              f"  pip install -e {target}\n"
+              f"  rollyard check-plugin {args.plugin}\n"
+              f"  cd {target} && pytest")
+        return 0
