@@ -43,15 +43,16 @@ class VerifiersRollout(Rollout):
         self.renderer_dir = _tokenizer_dir(context.tokenizer)
         self.bridge = Bridge(context.transport, model=Path(self.renderer_dir).name,
                              max_model_len=_context_length(self.renderer_dir))
-        self._configs = {
-            "train": env_config(self.env_id, _json_option(options, "env_config"),
-                                options.get("max_turns")),
-        }
-        self._configs["eval"] = deep_merge(self._configs["train"],
-                                           _json_option(options, "eval_config"))
+        train = env_config(self.env_id, _json_option(options, "env_config"),
+                           options.get("max_turns"))
+        eval_ = deep_merge(train, _json_option(options, "eval_config"))
+        # Splits with the same config share one environment (and one serving context).
+        self._configs = {json.dumps(c, sort_keys=True): c for c in (train, eval_)}
+        self._split_keys = {"train": json.dumps(train, sort_keys=True),
+                            "eval": json.dumps(eval_, sort_keys=True)}
         self._envs: dict[str, Any] = {}
-        self._tasks: dict[str, tuple[str, Any]] = {}
-        self._shared = {split: SharedContext(self._opener(split)) for split in self._configs}
+        self._tasks: dict[str, Any] = {}
+        self._shared = {key: SharedContext(self._opener(key)) for key in self._configs}
         self._semaphore: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
         self._metrics = EnvironmentMetrics()
 
@@ -64,26 +65,35 @@ class VerifiersRollout(Rollout):
         if getattr(env.taskset, "INFINITE", False) and self.max_tasks is None:
             raise RolloutError(f"taskset {self.env_id!r} is infinite; bound it with "
                                "--verifiers-max-tasks", plugin=self.name)
-        tasks = []
+        tasks: list[Task] = []
+        seen: set[str] = set()
         for vf_task in view:
             data = vf_task.data
             task_id = str(data.id if data.id is not None else data.idx)
-            self._tasks[f"{split}/{task_id}"] = (split, vf_task)
+            if f"{split}/{task_id}" in seen:
+                raise RolloutError(f"taskset {self.env_id!r} yields two tasks with id "
+                                   f"{task_id!r}", plugin=self.name, task_id=task_id)
+            seen.add(f"{split}/{task_id}")
+            self._tasks[f"{split}/{task_id}"] = vf_task
             tasks.append(Task(id=task_id, prompt=_prompt(data),
                               data={"split": split, "verifiers_key": vf_task.key}))
         return tasks
 
-    def _env(self, split: str) -> Any:
-        if split not in self._configs:
+    def _key(self, split: str) -> str:
+        if split not in self._split_keys:
             raise RolloutError(f"unknown split {split!r}; expected one of "
-                               f"{sorted(self._configs)}", plugin=self.name)
-        if split not in self._envs:
+                               f"{sorted(self._split_keys)}", plugin=self.name)
+        return self._split_keys[split]
+
+    def _env(self, split: str) -> Any:
+        key = self._key(split)
+        if key not in self._envs:
             try:
-                self._envs[split] = load_environment(self._configs[split])
+                self._envs[key] = load_environment(self._configs[key])
             except Exception as exc:
                 raise RolloutError(f"loading verifiers environment {self.env_id!r} failed: "
                                    f"{type(exc).__name__}: {exc}", plugin=self.name) from exc
-        return self._envs[split]
+        return self._envs[key]
 
     # ------------------------------------------------------------------ episodes
 
@@ -99,8 +109,8 @@ class VerifiersRollout(Rollout):
                                plugin=self.name, task_id=task.id)
         env = self._env(split)
         group_id = f"{task.id}/{uuid.uuid4().hex[:8]}"
-        async with self._shared[split].use() as model_context:
-            slots = env.slots(found[1], n)
+        async with self._shared[self._key(split)].use() as model_context:
+            slots = env.slots(found, n)
             episodes = await asyncio.gather(
                 *(env.run_slot(slot, model_context, semaphore=self._bound()) for slot in slots),
                 return_exceptions=True)
@@ -130,10 +140,10 @@ class VerifiersRollout(Rollout):
             self._semaphore = (loop, asyncio.Semaphore(self.concurrency))
         return self._semaphore[1]
 
-    def _opener(self, split: str) -> Any:
+    def _opener(self, key: str) -> Any:
         @contextlib.asynccontextmanager
         async def open_context() -> AsyncIterator[Any]:
-            env = self._env(split)
+            env = self._envs[key]
             async with BridgeServer(self.bridge) as server, env.serving():
                 yield self._model_context(server.base_url)
         return open_context
