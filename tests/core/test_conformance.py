@@ -7,6 +7,8 @@ import asyncio
 import importlib
 import json
 import random
+import re
+import subprocess
 import sys
 import textwrap
 import types
@@ -413,8 +415,6 @@ def test_manager_fixture_unregisters_nothing_leaks(rollyard_manager):
 def test_testing_package_imports_nothing_heavy():
     code = ("import sys, rollyard.testing, rollyard.testing.pytest_plugin; "
             "print([m for m in ('torch', 'ray', 'transformers', 'megatron') if m in sys.modules])")
-    import subprocess
-
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=60)
     assert result.stdout.strip() == "[]", result.stderr
@@ -470,11 +470,31 @@ def test_conformance_fixture_fails_the_test_with_the_report(tmp_path):
         def test_empty(rollyard_conformance):
             rollyard_conformance(sys.modules[__name__], name="empty")
         """))
-    import subprocess
-
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                              str(tmp_path)], cwd=tmp_path, capture_output=True, text=True,
                             timeout=300)
     assert "1 failed, 1 passed" in result.stdout, result.stdout + result.stderr
     assert "rollyard conformance of plugin 'empty'" in result.stdout
     assert "tasks('train'): the 'train' split is empty" in result.stdout
+
+
+@pytest.mark.slow
+def test_testing_section_of_the_tutorial_runs(tmp_path):
+    """The code of "Testing your plugin" runs against the tutorial's own package."""
+    text = (ROOT / "docs" / "writing-plugins.md").read_text()
+    package = dict(re.findall(r"^```\w*\n# file: (\S+)\n(.*?)^```", text, re.M | re.S))
+    snippet, tests = re.findall(r"^```python\n(.*?)^```",
+                                text[text.index("## Testing your plugin"):], re.M | re.S)
+    for relative, source in {**package, "tests/test_kit.py": tests,
+                             "snippet.py": snippet}.items():
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text(source)
+    (tmp_path / "src/rollyard_arith/__init__.py").write_text("")
+    env = {"PYTHONPATH": str(tmp_path / "src"), "PATH": "/usr/bin:/bin"}
+    run = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"]
+    result = subprocess.run(run, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                            env=env)
+    assert result.returncode == 0 and "10 passed" in result.stdout, result.stdout
+    result = subprocess.run([sys.executable, "snippet.py"], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=300, env=env)
+    assert result.stdout.rstrip().endswith("OK: 14 passed, 0 failed, 0 skipped"), result.stderr

@@ -15,7 +15,7 @@ class CheckPluginCommand(Command):
     help = "check an installed plugin against rollyard's contract (exit 1 if a check fails)"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--group-size", type=int, default=3, metavar="N",
+        parser.add_argument("--episodes", type=int, default=3, metavar="N",
                             help="episodes per run_group call")
         parser.add_argument("--json", action="store_true", help="print the report as JSON")
         parser.add_argument("plugin", metavar="NAME", help="entry-point name of the plugin")
@@ -26,6 +26,6 @@ class CheckPluginCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         from rollyard.testing.conformance import check_plugin
 
-        report = check_plugin(args.plugin, argv=args.plugin_argv, group_size=args.group_size)
+        report = check_plugin(args.plugin, argv=args.plugin_argv, group_size=args.episodes)
         print(json.dumps(report.as_dict(), indent=2) if args.json else report.format())
         return 0 if report.ok else 1

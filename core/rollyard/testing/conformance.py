@@ -79,8 +79,8 @@ def check_plugin(plugin: str | object, *, name: str | None = None,
     else:
         registers = "; ".join(f"{kind}: {', '.join(names)}"
                               for kind, names in record.registers.items()) or "nothing"
-        report.add("registration", "pass", f"{where} ({record.distribution}) implements "
-                   f"{', '.join(record.hooks)}; registers {registers}")
+        report.add("registration", "pass", f"{where} (distribution {record.distribution!r}) "
+                   f"implements {', '.join(record.hooks)}; registers {registers}")
     declared = _check_options(report, manager, label, list(argv))
     if declared is None:
         return report
