@@ -7,7 +7,7 @@ import functools
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from rollyard import ConfigError, Sample, Task
+from rollyard import ConfigError, Sample, SampleStatus, Task
 
 from rollyard_codegolf.parsing import extract_program
 from rollyard_codegolf.sandbox import Sandbox, SandboxUnavailable
@@ -42,13 +42,19 @@ class ProgramRunner:
 
         async def one(sample: Sample) -> dict[str, Any]:
             record = sample.metadata.get(METADATA_KEY)
-            if not isinstance(record, dict) or "passed" not in record:
-                code = extract_program(str(sample.metadata.get("completion", "")),
-                                       self.settings.extract)  # type: ignore[arg-type]
+            if isinstance(record, dict) and "passed" in record:
+                return record
+            code = extract_program(str(sample.metadata.get("completion", "")),
+                                   self.settings.extract)  # type: ignore[arg-type]
+            try:
                 score = await self.score(code, problem)
-                record = {"program": code, "reference_len": problem.reference_len,
-                          **score.as_dict()}
-                sample.metadata[METADATA_KEY] = record
+            except Exception as exc:  # the sandbox broke: fail this sample, keep the group
+                sample.status = SampleStatus.FAILED
+                sample.metadata["failure"] = f"codegolf sandbox raised {exc!r}"
+                score = ProgramScore(0, len(problem.hidden), "sandbox_error", 0.0, 0, repr(exc))
+            record = {"program": code, "reference_len": problem.reference_len,
+                      **score.as_dict()}
+            sample.metadata[METADATA_KEY] = record
             return record
 
         return list(await asyncio.gather(*(one(s) for s in samples)))

@@ -207,10 +207,14 @@ class Sandbox:
 
     def run(self, code: str, stdin: str = "") -> ExecResult:
         """Run ``code`` with ``stdin`` and return what happened; never raises for anything the
-        program does. A program over MAX_PROGRAM_BYTES is not run (limit ``program_size``)."""
+        program does. A program over MAX_PROGRAM_BYTES is not run (limit ``program_size``),
+        nor is one with a NUL character (reported as a syntax error, as Python would)."""
         if len(code.encode("utf-8", errors="replace")) > MAX_PROGRAM_BYTES:
             return ExecResult(-1, "", f"program is over {MAX_PROGRAM_BYTES} bytes", 0.0, 0.0,
                               limit="program_size", sandboxed=not self.unsafe)
+        if "\0" in code:  # not Python source, and it cannot be passed as an argument
+            return ExecResult(1, "", "SyntaxError: source code cannot contain null bytes "
+                              "(not run)\n", 0.0, 0.0, sandboxed=not self.unsafe)
         if self.unsafe:
             with tempfile.TemporaryDirectory(prefix="rollyard-codegolf-") as cwd:
                 return self._spawn([*self._interpreter_argv(cwd), code], stdin, {"HOME": cwd})

@@ -10,7 +10,7 @@ from rollyard_codegolf.tasks import CodegolfTask, program_length
 
 #: Why a program scored less than full marks; the first failing test decides.
 REASONS = ("no_code", "program_size", "syntax_error", "timeout", "cpu_limit", "memory_limit",
-           "output_limit", "crashed", "runtime_error", "wrong_answer")
+           "output_limit", "crashed", "runtime_error", "wrong_answer", "sandbox_error")
 _LIMIT_REASONS = {"wall": "timeout", "cpu": "cpu_limit", "memory": "memory_limit",
                   "output": "output_limit", "program_size": "program_size"}
 #: Limits after which the remaining tests are not run (they would hit it again).

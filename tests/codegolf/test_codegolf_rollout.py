@@ -23,6 +23,7 @@ from rollyard.plugins import PluginManager
 from rollyard.rewards import RewardSet
 from rollyard_codegolf.rewards import REWARDS
 from rollyard_codegolf.rollout import CodegolfRollout
+from rollyard_codegolf.scoring import REASONS
 
 
 class ScriptedTransport(Transport):
@@ -108,7 +109,7 @@ def test_run_group_scores_programs_in_the_sandbox(tokenizer):
         assert s.status is SampleStatus.COMPLETED and s.task_id == "reverse-line"
     reasons = [s.metadata["codegolf"]["reason"] for s in samples]
     assert reasons[:3] == [None, "no_code", "wrong_answer"]
-    assert reasons[3] in ("timeout", "cpu_limit")
+    assert reasons[3] in ("timeout", "cpu_limit") and set(reasons) <= {None, *REASONS}
     assert [s.rewards["codegolf.correct"] for s in samples] == [1.0, 0.0, 0.0, 0.0]
     assert samples[0].reward > 1.0 and [s.reward for s in samples[1:]] == [0.0] * 3
     metrics = rollout.metrics()

@@ -41,6 +41,11 @@ def test_stderr_is_captured_and_a_syntax_error_is_named(sandbox):
     assert failure_reason(result, "") == "syntax_error"
 
 
+def test_a_program_with_a_nul_byte_is_a_syntax_error_not_a_crash(sandbox):
+    result = sandbox.run("print(1)\0")
+    assert failure_reason(result, "1\n") == "syntax_error"
+
+
 def test_oversized_programs_are_not_run(sandbox):
     result = sandbox.run("#" * (MAX_PROGRAM_BYTES + 1))
     assert result.limit == "program_size" and result.wall_s == 0.0
