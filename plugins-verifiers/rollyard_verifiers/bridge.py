@@ -11,6 +11,7 @@ samples can carry them.
 
 from __future__ import annotations
 
+import collections
 import json
 import uuid
 from collections.abc import Mapping
@@ -29,6 +30,8 @@ from rollyard_verifiers.translate import (
 GENERATE_PATH = "/inference/v1/generate"
 MODELS_PATH = "/v1/models"
 SESSION_HEADER = "X-Session-ID"
+#: Session records kept at most; the oldest go first (their trace was lost to an error).
+MAX_SESSIONS = 65536
 
 
 @dataclass
@@ -48,7 +51,7 @@ class Bridge:
         self.transport = transport
         self.model = model
         self.max_model_len = max_model_len
-        self._sessions: dict[str, SessionRecord] = {}
+        self._sessions: collections.OrderedDict[str, SessionRecord] = collections.OrderedDict()
 
     def models(self) -> dict[str, Any]:
         """The ``GET /v1/models`` payload; ``max_model_len`` lets renderers pre-check prompts."""
@@ -63,7 +66,7 @@ class Bridge:
         that cannot cross, :class:`rollyard.EngineAborted` for an engine abort and
         :class:`rollyard.TransportError` when the engine cannot be reached."""
         request = translate_request(body, session_id, self.max_model_len)
-        record = self._sessions.setdefault(session_id, SessionRecord()) if session_id else None
+        record = self._record(session_id) if session_id else None
         try:
             result = await self.transport.generate(request)
         except EngineAborted as exc:
@@ -83,6 +86,14 @@ class Bridge:
         if record is not None:
             record.weight_versions.append(result.weight_version)
         return {"request_id": f"rollyard-{uuid.uuid4().hex}", "choices": [choice]}
+
+    def _record(self, session_id: str) -> SessionRecord:
+        record = self._sessions.get(session_id)
+        if record is None:
+            record = self._sessions[session_id] = SessionRecord()
+            if len(self._sessions) > MAX_SESSIONS:  # traces that were never collected
+                self._sessions.popitem(last=False)
+        return record
 
     def pop_session(self, session_id: str) -> SessionRecord:
         """Forget and return what was recorded for ``session_id`` (empty if nothing)."""

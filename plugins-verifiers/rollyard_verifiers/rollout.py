@@ -114,9 +114,9 @@ class VerifiersRollout(Rollout):
             episodes = await asyncio.gather(
                 *(env.run_slot(slot, model_context, semaphore=self._bound()) for slot in slots),
                 return_exceptions=True)
-        samples: list[Sample] = []
-        for episode in episodes:
-            samples.extend(self._episode_samples(episode, task.id, group_id))
+            samples: list[Sample] = []
+            for episode in episodes:
+                samples.extend(self._episode_samples(episode, task.id, group_id))
         return samples
 
     def _episode_samples(self, episode: Any, task_id: str, group_id: str) -> list[Sample]:
