@@ -82,8 +82,13 @@ def build(force: bool = False) -> str:
     if WHEELS.exists():
         shutil.rmtree(WHEELS)
     WHEELS.mkdir(parents=True)
-    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:",
-                    "--dest", str(WHEELS), *requirements], check=True)
+    try:
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:",
+                        "--dest", str(WHEELS), *requirements], check=True)
+    except subprocess.CalledProcessError as exc:
+        raise SystemExit(f"rollyard-verifiers: downloading {requirements} for the offline "
+                         f"index failed (pip exit {exc.returncode}); verifiers' harness "
+                         "programs need them. Rerun with access to a package index.") from exc
     count = write_index(WHEELS, OFFLINE_INDEX)
     STAMP.write_text(stamp())
     return f"offline index of {count} projects for {requirements}: {OFFLINE_INDEX}"
