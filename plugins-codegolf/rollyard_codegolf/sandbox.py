@@ -2,7 +2,8 @@
 
 Each run gets its own user, PID, network, IPC and UTS namespaces (no network at all), a fresh
 size-capped tmpfs at ``/tmp`` as its only writable place and working directory, read-only
-system paths and interpreter, an empty environment and a new session. The interpreter sets
+system paths and interpreter, four device nodes and no ``/proc``, an empty environment and a
+new session. The interpreter sets
 hard rlimits on itself (CPU seconds, address space, processes, file size, open files) before
 the program's first line runs. A wall-clock timeout or an output past the cap kills the whole
 process group; with ``--die-with-parent`` and a private PID namespace that takes every process
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import selectors
 import shutil
 import signal
@@ -28,9 +30,13 @@ from typing import Any
 MAX_PROGRAM_BYTES = 100_000
 #: Paths that are bound read-only (or recreated as symlinks) when they exist.
 SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64")
+#: The only device nodes inside (no /proc, no ptys): each is one cheap bind mount.
+DEVICES = ("/dev/null", "/dev/zero", "/dev/random", "/dev/urandom")
 SANDBOX_UID = 65534
 #: How long a killed sandbox may take to tear its PID namespace down before the fallback.
 KILL_GRACE_S = 3.0
+#: How long output pipes may stay open after the program exited before leftovers are killed.
+OUTPUT_GRACE_S = 0.2
 
 # Run by the interpreter inside the sandbox before the program: set hard rlimits on this
 # process, arrange to report its CPU time on fd 3 at exit, then run the program (its first
@@ -198,8 +204,9 @@ class Sandbox:
         prefix = os.path.dirname(os.path.dirname(self.python))
         if not any(prefix == p or prefix.startswith(p + "/") for p in SYSTEM_PATHS):
             argv += ["--ro-bind", prefix, prefix]
-        argv += ["--dev", "/dev", "--proc", "/proc",
-                 "--size", str(self.limits.tmp_bytes), "--tmpfs", "/tmp",
+        for device in DEVICES:
+            argv += ["--dev-bind", device, device]
+        argv += ["--size", str(self.limits.tmp_bytes), "--tmpfs", "/tmp",
                  "--chdir", "/tmp", "--setenv", "HOME", "/tmp", "--"]
         return argv + self._interpreter_argv()
 
@@ -230,22 +237,21 @@ class Sandbox:
                    (os.POSIX_SPAWN_DUP2, err_w, 2), (os.POSIX_SPAWN_DUP2, cpu_w, 3),
                    (os.POSIX_SPAWN_DUP2, info_w, 4)]
         start = time.monotonic()
-        deadline = start + self.limits.wall_s
         try:
             pid = os.posix_spawn(argv[0], argv, env, file_actions=actions, setsid=True)
         finally:
             for fd in (in_r, out_w, err_w, cpu_w, info_w):
                 os.close(fd)
+        pidfd = os.pidfd_open(pid)
         try:
-            streams, limit = self._pump(in_w, out_r, err_r, stdin.encode(), deadline)
-            waited = self._wait_until(pid, deadline) if limit is None else None
-            if waited is None:
-                limit = limit or "wall"
-                self._kill(pid, info_r)
-                waited = os.wait4(pid, 0)[1:]
+            streams, limit, finished = self._pump(pidfd, in_w, out_r, err_r, stdin.encode(),
+                                                  start + self.limits.wall_s)
+            if not finished:  # out of time or output, or something still holds the pipes
+                self._kill(pid, pidfd, info_r)
         finally:
+            os.close(pidfd)
             os.close(info_r)
-        status, usage = waited
+        _, status, usage = os.wait4(pid, 0)
         wall = time.monotonic() - start
         cpu = max(usage.ru_utime + usage.ru_stime, _reported_cpu(cpu_r))
         exit_status = self._exit_status(status)
@@ -255,44 +261,43 @@ class Sandbox:
         return ExecResult(exit_status, _decode(out), _decode(err), round(wall, 4), round(cpu, 4),
                           limit, out_cut, err_cut, sandboxed=not self.unsafe)
 
-    @staticmethod
-    def _wait_until(pid: int, deadline: float) -> tuple[int, Any] | None:
-        """Reap ``pid`` if it exits before ``deadline``: (status, rusage), else None. The
-        program has closed its output by now, so this is normally immediate."""
-        pause = 0.0005
-        while True:
-            reaped, status, usage = os.wait4(pid, os.WNOHANG)
-            if reaped:
-                return status, usage
-            if time.monotonic() >= deadline:
-                return None
-            time.sleep(pause)
-            pause = min(pause * 2, 0.02)
-
-    def _pump(self, in_w: int, out_r: int, err_r: int, data: bytes, deadline: float
-              ) -> tuple[tuple[tuple[bytes, bool], tuple[bytes, bool]], str | None]:
-        """Feed stdin and collect capped stdout/stderr until both close, the wall clock runs
-        out (limit ``wall``) or stdout passes the cap (``output``). Closes the three pipes."""
+    def _pump(self, pidfd: int, in_w: int, out_r: int, err_r: int, data: bytes,
+              deadline: float) -> tuple[tuple[tuple[bytes, bool], tuple[bytes, bool]],
+                                        str | None, bool]:
+        """Feed stdin and collect capped stdout/stderr until the process has exited and both
+        pipes are closed (``finished``), the wall clock runs out (limit ``wall``) or stdout
+        passes the cap (``output``). Pipes still open OUTPUT_GRACE_S after the exit (a
+        leftover process holds them) end it unfinished. Closes the three pipe ends."""
         cap = self.limits.output_bytes
         buffers = {out_r: bytearray(), err_r: bytearray()}
         cut = {out_r: False, err_r: False}
         limit = None
         pending = memoryview(data)
         open_fds = {in_w, out_r, err_r}
+        exited_at: float | None = None
         sel = selectors.DefaultSelector()
         try:
+            sel.register(pidfd, selectors.EVENT_READ)
             sel.register(out_r, selectors.EVENT_READ)
             sel.register(err_r, selectors.EVENT_READ)
             os.set_blocking(in_w, False)
             sel.register(in_w, selectors.EVENT_WRITE)
-            while limit is None and (out_r in open_fds or err_r in open_fds):
-                remaining = deadline - time.monotonic()
+            while limit is None:
+                outputs_open = out_r in open_fds or err_r in open_fds
+                if exited_at is not None and not outputs_open:
+                    break
+                end = deadline if exited_at is None else min(deadline,
+                                                             exited_at + OUTPUT_GRACE_S)
+                remaining = end - time.monotonic()
                 if remaining <= 0:
-                    limit = "wall"
+                    limit = "wall" if exited_at is None else None
                     break
                 for key, _ in sel.select(remaining):
                     fd = key.fd
-                    if fd == in_w:
+                    if fd == pidfd:
+                        exited_at = time.monotonic()
+                        sel.unregister(fd)
+                    elif fd == in_w:
                         try:
                             pending = pending[os.write(fd, pending[:65536]):]
                         except OSError:  # the program closed stdin or exited
@@ -301,26 +306,29 @@ class Sandbox:
                             sel.unregister(fd)
                             os.close(fd)
                             open_fds.discard(fd)
-                        continue
-                    chunk = os.read(fd, 65536)
-                    if not chunk:
-                        sel.unregister(fd)
-                        os.close(fd)
-                        open_fds.discard(fd)
-                        continue
-                    room = cap - len(buffers[fd])
-                    buffers[fd] += chunk[:room]
-                    if len(chunk) > room:
-                        cut[fd] = True
-                        if fd == out_r:
-                            limit = "output"
+                    else:
+                        chunk = os.read(fd, 65536)
+                        if not chunk:
+                            sel.unregister(fd)
+                            os.close(fd)
+                            open_fds.discard(fd)
+                            continue
+                        room = cap - len(buffers[fd])
+                        buffers[fd] += chunk[:room]
+                        if len(chunk) > room:
+                            cut[fd] = True
+                            if fd == out_r:
+                                limit = "output"
         finally:
             sel.close()
+            finished = exited_at is not None and limit is None and \
+                out_r not in open_fds and err_r not in open_fds
             for fd in open_fds:
                 os.close(fd)
-        return ((bytes(buffers[out_r]), cut[out_r]), (bytes(buffers[err_r]), cut[err_r])), limit
+        streams = (bytes(buffers[out_r]), cut[out_r]), (bytes(buffers[err_r]), cut[err_r])
+        return streams, limit, finished
 
-    def _kill(self, pid: int, info_r: int) -> None:
+    def _kill(self, pid: int, pidfd: int, info_r: int) -> None:
         """Kill the program and everything it started. Sandboxed: SIGKILL the PID namespace's
         init and its process group (bubblewrap reports the init's pid on the info fd), which
         takes the whole namespace down and lets bubblewrap exit and be reaped normally; if that
@@ -332,21 +340,12 @@ class Sandbox:
                     kill(child, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-            if self._wait_until_exit(pid, time.monotonic() + KILL_GRACE_S):
+            if select.select([pidfd], [], [], KILL_GRACE_S)[0]:
                 return
         try:
             os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-
-    @staticmethod
-    def _wait_until_exit(pid: int, deadline: float) -> bool:
-        """Whether ``pid`` has become a zombie (exited, not yet reaped) before ``deadline``."""
-        while time.monotonic() < deadline:
-            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
-                return True
-            time.sleep(0.002)
-        return False
 
     def _exit_status(self, status: int) -> int:
         if os.WIFSIGNALED(status):
