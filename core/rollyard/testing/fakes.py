@@ -3,10 +3,13 @@ model's tokenizer. Neither is part of the plugin, so faking them tests the plugi
 
 from __future__ import annotations
 
+import atexit
 import functools
+import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rollyard.errors import TransportError
@@ -103,9 +106,11 @@ class ScriptedTransport(Transport):
 
 
 @functools.cache
-def tiny_tokenizer() -> Any:
-    """The tokenizer of ``rollyard init-model``'s tiny models (ChatML template, EOS), saved
-    and loaded back with ``AutoTokenizer`` as a run loads it; built once per process.
+def tiny_tokenizer(folder: str | Path | None = None) -> Any:
+    """The tokenizer of ``rollyard init-model``'s tiny models (ChatML template, EOS), saved to
+    ``folder`` and loaded back with ``AutoTokenizer`` as a run loads it from its model folder;
+    built once per process and folder. Without a folder it uses a temporary one that lives
+    as long as the process (plugins such as verifiers reload the tokenizer from its path).
 
     It is the tokenizer :func:`rollyard.models.tiny.build_tiny_model` writes, without building
     the model weights (which would import torch)."""
@@ -114,6 +119,8 @@ def tiny_tokenizer() -> Any:
     from rollyard.models.tiny import VOCAB_SIZE
     from rollyard.models.tokenizer import train_tokenizer
 
-    with tempfile.TemporaryDirectory(prefix="rollyard-tokenizer-") as folder:
-        train_tokenizer(VOCAB_SIZE).save_pretrained(folder)
-        return AutoTokenizer.from_pretrained(folder)
+    if folder is None:
+        folder = tempfile.mkdtemp(prefix="rollyard-tokenizer-")
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    train_tokenizer(VOCAB_SIZE).save_pretrained(str(folder))
+    return AutoTokenizer.from_pretrained(str(folder))

@@ -37,10 +37,10 @@ def rollyard_manager() -> Iterator[PluginManager]:
 
 
 @pytest.fixture(scope="session")
-def rollyard_tokenizer() -> Any:
+def rollyard_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The tokenizer of rollyard's tiny models (ChatML chat template), built once per
-    session; imports transformers when first used."""
-    return tiny_tokenizer()
+    session in a temporary folder it is loaded from; imports transformers when first used."""
+    return tiny_tokenizer(tmp_path_factory.mktemp("rollyard-tokenizer"))
 
 
 @pytest.fixture
