@@ -1,6 +1,8 @@
 """Where the program is in a reply: the last python block, or the whole reply."""
 
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
 from rollyard_codegolf.parsing import extract_program
 
 
@@ -43,3 +45,17 @@ def test_whole_mode_takes_the_reply_or_its_single_block():
 def test_unknown_mode_is_rejected_by_name():
     with pytest.raises(ValueError, match="'first'"):
         extract_program("x", mode="first")
+
+
+_code_line = st.text(st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters="`~"),
+                     min_size=1, max_size=30).filter(lambda s: s.strip())
+_prose = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="`~"),
+                 max_size=40)
+
+
+@given(lines=st.lists(_code_line, min_size=1, max_size=5), before=_prose, after=_prose)
+def test_the_program_in_a_block_comes_back_whatever_surrounds_it(lines, before, after):
+    program = "\n".join(lines).strip("\n").rstrip()
+    assume(program.strip())
+    reply = f"{before}\n```python\n{program}\n```\n{after}"
+    assert extract_program(reply) == program
