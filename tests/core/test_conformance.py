@@ -324,8 +324,28 @@ def test_registration_errors_are_named(check):
     class Nameless(Words):
         name = ""
 
+    class NotARollout:
+        name = "plain"
+
     message = failure(check(Nameless), "registration")
     assert "plugin 'broken': rollout class" in message and "Nameless has no 'name'" in message
+    message = failure(check(NotARollout), "registration")
+    assert "NotARollout'> as a rollout, but it is not a subclass of rollyard.Rollout" in message
+
+
+def test_rollout_that_cannot_be_built_with_its_options_is_named(rollyard_tokenizer):
+    report = check_plugin("toy", argv=["--toy-num-tasks", "1"], tokenizer=rollyard_tokenizer)
+    message = failure(report, "construct")
+    assert message.startswith("plugin 'toy', rollout 'toy': building it with options "
+                              "{'operation': 'copy', 'num_tasks': 1} raised ConfigError: "
+                              "--toy-num-tasks 1: choose 2..")
+
+
+def test_option_values_that_do_not_parse_are_named(rollyard_tokenizer, capsys):
+    report = check_plugin("toy", argv=["--toy-operation", "rotate"],
+                          tokenizer=rollyard_tokenizer)
+    assert "`rollyard train --toy-operation rotate` does not parse" in failure(report, "options")
+    assert "invalid choice: 'rotate'" in capsys.readouterr().err
 
 
 def test_unknown_entry_point_lists_installed_plugins():
