@@ -3,11 +3,10 @@
 Each run gets its own user, PID, network, IPC and UTS namespaces (no network at all), a fresh
 size-capped tmpfs at ``/tmp`` as its only writable place and working directory, read-only
 system paths and interpreter, four device nodes and no ``/proc``, an empty environment and a
-new session. The interpreter sets
-hard rlimits on itself (CPU seconds, address space, processes, file size, open files) before
-the program's first line runs. A wall-clock timeout or an output past the cap kills the whole
-process group; with ``--die-with-parent`` and a private PID namespace that takes every process
-the program started with it.
+new session. The interpreter sets hard rlimits on itself (CPU seconds, address space,
+processes, file size, open files) before the program's first line runs. A wall-clock timeout
+or an output past the cap kills the sandbox's PID namespace, which takes every process the
+program started with it.
 
 This module has no dependency on the rest of the plugin and can be reused by other plugins.
 """
@@ -39,12 +38,14 @@ KILL_GRACE_S = 3.0
 OUTPUT_GRACE_S = 0.2
 
 # Run by the interpreter inside the sandbox before the program: set hard rlimits on this
-# process, arrange to report its CPU time on fd 3 at exit, then run the program (its first
-# command-line argument) as ``__main__``. Formatted with (resource, soft, hard) triples.
+# process, close bubblewrap's info fd, arrange to report its CPU time on fd 3 at exit, then
+# run the program (its first command-line argument) as ``__main__``. Formatted with
+# (resource, soft, hard) triples.
 _PRELUDE = """\
 import atexit as _a, os as _o, resource as _r, sys as _s
 for _k, _v, _h in {limits}:
     _r.setrlimit(_k, (_v, _h))
+_o.closerange(4, 5)
 def _cpu(g=_r.getrusage, w=_o.write):
     w(3, repr(sum(u.ru_utime + u.ru_stime for u in (g(0), g(-1)))).encode())
 _a.register(_cpu)
@@ -123,14 +124,18 @@ def _reported_cpu(fd: int) -> float:
         return 0.0
 
 
-def _child_pid(info_r: int) -> int | None:
-    """The sandbox init's pid from bubblewrap's ``--info-fd`` JSON, if it has been written."""
+def _child_pid(info_r: int, bwrap_pid: int) -> int | None:
+    """The sandbox init's pid from bubblewrap's ``--info-fd`` JSON, if it has been written and
+    that process is still bubblewrap's child (so no other process can ever be signalled)."""
     try:
         os.set_blocking(info_r, False)
-        raw = os.read(info_r, 4096)
-        return int(json.loads(raw)["child-pid"])
-    except (OSError, ValueError, KeyError, TypeError):
+        info, _ = json.JSONDecoder().raw_decode(os.read(info_r, 4096).decode())
+        child = int(info["child-pid"])
+        with open(f"/proc/{child}/stat") as stat:
+            parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
         return None
+    return child if parent == bwrap_pid else None
 
 
 def _decode(data: bytes) -> str:
@@ -333,7 +338,7 @@ class Sandbox:
         init and its process group (bubblewrap reports the init's pid on the info fd), which
         takes the whole namespace down and lets bubblewrap exit and be reaped normally; if that
         pid is not known yet, or bubblewrap lingers, SIGKILL bubblewrap's process group."""
-        child = None if self.unsafe else _child_pid(info_r)
+        child = None if self.unsafe else _child_pid(info_r, pid)
         if child is not None:
             for kill in (os.killpg, os.kill):
                 try:
