@@ -240,7 +240,9 @@ class _RolloutChecker:
             rewards=rewards if rewards is not None else RewardSet({}, {}),
             options=dict(self.options), rng=random.Random(int(self.config.get("seed") or 0)),
             sampling=SamplingParams(max_new_tokens=int(self.config.get("max_new_tokens", 16)),
-                                    seed=int(self.config.get("seed") or 0)))
+                                    temperature=float(self.config.get("temperature", 1.0)),
+                                    top_p=float(self.config.get("top_p", 1.0)),
+                                    top_k=int(self.config.get("top_k", -1))))
         try:
             return self.cls(context), transport
         except Exception as exc:
@@ -317,7 +319,7 @@ class _RolloutChecker:
                 self.add(check, None, f"{self.where}: run_group never called the transport")
                 continue
             samples = await self.group(rollout, task, check)
-            if samples is not None and self.samples(task, samples, check, usable=False):
+            if samples is not None and self.samples(task, samples, check, expect_usable=False):
                 self.add(check, True, f"{len(samples)} samples, statuses "
                          f"{sorted({s.status.value for s in samples})}")
         transport.replies = list(self.replies)
@@ -336,7 +338,8 @@ class _RolloutChecker:
                  f"{problem}{hint}")
         return None
 
-    def samples(self, task: Task, returned: Any, check: str, usable: bool = True) -> bool:
+    def samples(self, task: Task, returned: Any, check: str,
+                expect_usable: bool = True) -> bool:
         """Validate like the core does, plus what training needs; report and return ok."""
         problems = []
         if isinstance(returned, list) and len(returned) < self.n:
@@ -351,17 +354,17 @@ class _RolloutChecker:
                 problems.append(f"sample {i}: field 'task_id' is {s.task_id!r}")
             if not s.group_id:
                 problems.append(f"sample {i}: field 'group_id' is empty; GRPO groups by it")
-            if usable is False and s.status in USABLE:
+            if not expect_usable and s.status in USABLE:
                 problems.append(f"sample {i}: field 'status' is {s.status.value!r} though "
                                 "every generation failed; expected 'aborted' or 'failed'")
         statuses = [s.status for s in originals if isinstance(s, Sample)]
-        if usable and not problems and not any(s in USABLE for s in statuses):
+        if expect_usable and not problems and not any(s in USABLE for s in statuses):
             reasons = {s.metadata.get("failure", "?") for s in originals}
             problems.append(f"no sample is completed or truncated; failures: {sorted(reasons)}")
         if problems:
             self.add(check, False, f"{self.where}, task {task.id!r}: " + "; ".join(problems))
             return False
-        if usable:
+        if expect_usable:
             self.add(check, True, f"{len(originals)} valid samples for task {task.id!r}")
         return True
 
