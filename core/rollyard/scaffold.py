@@ -1,6 +1,6 @@
 """``rollyard new-plugin NAME [DIR]``: start a plugin package from rollyard's template.
 
-The template (``templates/rollyard-plugin`` in the rollyard source tree) is a complete,
+The template (``rollyard/templates/rollyard-plugin``, shipped as package data) is a complete,
 installable single-turn environment named ``myenv``; copying it renames the distribution
 (``rollyard-NAME``), the package (``rollyard_NAME``), the entry point, the option prefix
 (``--NAME-``), the rollout, the reward and the classes.
@@ -26,7 +26,7 @@ def template_dir() -> Path:
     """Where the template lives in the rollyard source tree."""
     import rollyard
 
-    return Path(rollyard.__file__).resolve().parents[2] / "templates" / "rollyard-plugin"
+    return Path(rollyard.__file__).resolve().parent / "templates" / "rollyard-plugin"
 
 
 def replacements(name: str) -> list[tuple[str, str]]:
