@@ -138,6 +138,22 @@ def _child_pid(info_r: int, bwrap_pid: int) -> int | None:
     return child if parent == bwrap_pid else None
 
 
+def _reachable_by_others(path: str) -> bool:
+    """Whether a user with no special rights may execute ``path`` (every folder on the way
+    searchable, the file readable and executable by others)."""
+    try:
+        if os.stat(path).st_mode & 0o005 != 0o005:
+            return False
+        folder = os.path.dirname(path)
+        while folder != os.path.dirname(folder):
+            if not os.stat(folder).st_mode & 0o001:
+                return False
+            folder = os.path.dirname(folder)
+    except OSError:
+        return False
+    return True
+
+
 def _decode(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
 
@@ -155,18 +171,49 @@ class Sandbox:
     def __init__(self, limits: SandboxLimits | None = None, unsafe_no_sandbox: bool = False,
                  python: str | None = None) -> None:
         self.limits = limits or SandboxLimits()
-        self.python = os.path.realpath(python or getattr(sys, "_base_executable", sys.executable))
         self.unsafe = unsafe_no_sandbox
-        self._bwrap = None if unsafe_no_sandbox else bubblewrap_path()
+        self.python = os.path.realpath(python or getattr(sys, "_base_executable", sys.executable))
+        self._launcher: list[str] = []
         if not unsafe_no_sandbox:
-            if self._bwrap is None:
-                raise SandboxUnavailable(
-                    "bubblewrap ('bwrap') is not installed, so programs cannot be sandboxed; "
-                    "install the Debian package 'bubblewrap' or pass "
-                    "--codegolf-unsafe-no-sandbox to run them unisolated")
+            self._launcher = self._find_launcher()
+            if os.geteuid() == 0:
+                self.python = self._python_for_nobody(python)
         self._prelude = _PRELUDE.format(limits=self._rlimits())
         if not unsafe_no_sandbox:
             self._check_bubblewrap()
+
+    @staticmethod
+    def _find_launcher() -> list[str]:
+        """``bwrap``, behind ``setpriv`` to the unprivileged SANDBOX_UID when this process is
+        root: a sandbox whose user is root outside its namespace would escape RLIMIT_NPROC."""
+        bwrap = bubblewrap_path()
+        if bwrap is None:
+            raise SandboxUnavailable(
+                "bubblewrap ('bwrap') is not installed, so programs cannot be sandboxed; "
+                "install the Debian package 'bubblewrap' or pass "
+                "--codegolf-unsafe-no-sandbox to run them unisolated")
+        if os.geteuid() != 0:
+            return [bwrap]
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            raise SandboxUnavailable(
+                "running as root, the sandbox drops to an unprivileged user with 'setpriv' "
+                "(Debian package util-linux), which is not installed; install it or pass "
+                "--codegolf-unsafe-no-sandbox to run programs unisolated")
+        return [setpriv, f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}",
+                "--clear-groups", "--", bwrap]
+
+    def _python_for_nobody(self, requested: str | None) -> str:
+        """The interpreter, if SANDBOX_UID can reach it; otherwise (only when none was
+        requested) the system's ``python3``."""
+        if _reachable_by_others(self.python):
+            return self.python
+        fallback = None if requested else shutil.which("python3", path="/usr/bin:/bin")
+        if fallback and _reachable_by_others(os.path.realpath(fallback)):
+            return os.path.realpath(fallback)
+        raise SandboxUnavailable(
+            f"the interpreter {self.python!r} is not readable by the unprivileged sandbox user "
+            "and there is no system python3; pass --codegolf-python PATH")
 
     def _rlimits(self) -> str:
         import resource
@@ -197,7 +244,7 @@ class Sandbox:
         return [self.python, "-I", "-S", "-c", prelude]
 
     def _bwrap_argv(self) -> list[str]:
-        argv = [self._bwrap or "bwrap", "--unshare-all", "--unshare-user",
+        argv = [*self._launcher, "--unshare-all", "--unshare-user",
                 "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
                 "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv",
                 "--info-fd", "4"]

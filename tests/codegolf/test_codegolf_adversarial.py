@@ -150,3 +150,13 @@ def test_hostile_programs_are_contained_and_score_zero(tasks, sandbox, loopback_
     # and the run continues: an honest program still passes everything
     honest = score_program(task.reference, task, sandbox)
     assert honest.all_passed and honest.reason is None
+
+
+def test_the_process_limit_holds_even_when_the_host_runs_as_root(sandbox):
+    program = hostile(
+        "import os, time\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n"
+        "            time.sleep(5)\n            os._exit(0)\n        n += 1\n"
+        "except OSError as exc:\n    print(n, exc.errno)")
+    result = sandbox.run(program)
+    forked, errno = map(int, result.stdout.split())
+    assert forked < sandbox.limits.processes and errno == 11  # EAGAIN from RLIMIT_NPROC
