@@ -87,10 +87,13 @@ class SGLangRouter:
 
     def launch(self, worker_urls: Sequence[str], port: int = 0) -> ProcessEngineHandle:
         port = port or free_port()
+        # /health answers as soon as the router listens; /readiness only once a worker is
+        # healthy and requests can be routed.
         return launch_server(
             self.command(worker_urls, port), f"http://127.0.0.1:{port}", name="sglang-router",
             timeout=float(self.options.get("startup_timeout") or 120.0),
-            log_dir=self.options.get("log_dir"), env=_environment(self.options))
+            log_dir=self.options.get("log_dir"), env=_environment(self.options),
+            health_path="/readiness")
 
 
 @hookimpl

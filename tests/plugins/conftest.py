@@ -109,6 +109,9 @@ class ContractEngine:
     url: str
     model_dir: pathlib.Path
     kind: str
+    #: Whether equal ``sampling_seed`` gives equal samples (SGLang: only with
+    #: --enable-deterministic-inference, i.e. ROLLYARD_TEST_ENGINE_SEEDED=1).
+    honours_seed: bool = True
 
 
 @pytest.fixture(scope="session")
@@ -119,6 +122,7 @@ def contract_engine(request: pytest.FixtureRequest) -> ContractEngine:
         model_dir = os.environ.get("ROLLYARD_TEST_MODEL_DIR")
         if not model_dir:
             raise pytest.UsageError("ROLLYARD_TEST_ENGINE_URL needs ROLLYARD_TEST_MODEL_DIR")
-        return ContractEngine(url.rstrip("/"), pathlib.Path(model_dir), "sglang")
+        return ContractEngine(url.rstrip("/"), pathlib.Path(model_dir), "sglang",
+                              honours_seed=os.environ.get("ROLLYARD_TEST_ENGINE_SEEDED") == "1")
     handle = request.getfixturevalue("embedded_engine")
     return ContractEngine(handle.url, request.getfixturevalue("tiny_model_dir"), "embedded")

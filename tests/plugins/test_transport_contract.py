@@ -25,8 +25,8 @@ def generate(url: str, *requests: GenerateRequest) -> list:
     return asyncio.run(go())
 
 
-def tolerance(engine) -> float:
-    return 1e-4 if engine.kind == "embedded" else 2e-3
+#: Logprobs agree with a teacher-forced float32 pass to this (SGLang 0.5.23 on CPU: ~5e-7).
+TOLERANCE = 1e-4
 
 
 def test_generate_returns_one_logprob_per_token(contract_engine) -> None:
@@ -48,10 +48,12 @@ def test_logprobs_equal_a_teacher_forced_pass(contract_engine, teacher_forced, t
                               top_p=top_p, seed=7)
     (result,) = generate(contract_engine.url, GenerateRequest(PROMPT, sampling))
     expected = teacher_forced(contract_engine.model_dir, PROMPT, result.output_ids, temperature)
-    assert result.logprobs == pytest.approx(expected, abs=tolerance(contract_engine))
+    assert result.logprobs == pytest.approx(expected, abs=TOLERANCE)
 
 
 def test_a_seed_repeats_its_sample(contract_engine) -> None:
+    if not contract_engine.honours_seed:
+        pytest.skip(f"{contract_engine.kind} was started without seeded sampling")
     def request(seed: int) -> GenerateRequest:
         return GenerateRequest(PROMPT, SamplingParams(max_new_tokens=10, seed=seed))
 
@@ -72,7 +74,8 @@ def test_stop_token_ends_the_response_and_is_kept(contract_engine) -> None:
 
 
 def test_concurrent_requests_each_get_their_own_answer(contract_engine) -> None:
-    requests = [GenerateRequest(PROMPT[: 3 + i % 9], SamplingParams(max_new_tokens=6, seed=i))
+    requests = [GenerateRequest(PROMPT[: 3 + i % 9],
+                                SamplingParams(max_new_tokens=6, temperature=0.0))
                 for i in range(24)]
     together = generate(contract_engine.url, *requests)
     alone = [generate(contract_engine.url, r)[0] for r in requests[:4]]
@@ -119,4 +122,4 @@ def test_update_weights_serves_the_new_version(contract_engine, other_model_dir,
     assert versions == {contract_engine.url: 7}
     assert result.weight_version == 7
     expected = teacher_forced(other_model_dir, PROMPT, result.output_ids, 1.0)
-    assert result.logprobs == pytest.approx(expected, abs=tolerance(contract_engine))
+    assert result.logprobs == pytest.approx(expected, abs=TOLERANCE)

@@ -16,6 +16,9 @@ from typing import Any
 #: ChatML "user: hello world" then the assistant turn, in the tiny tokenizer's ids.
 PROMPT = [1, 282, 201, 398, 428, 347, 485, 2, 201, 1, 280, 201]
 MODEL_DIR_PLACEHOLDER = "$MODEL_DIR"
+# Not recorded: ids outside the vocabulary (SGLang 0.5.23's scheduler dies with an IndexError;
+# the embedded engine answers 400) and max_new_tokens 0 (SGLang answers an empty generation;
+# the embedded engine refuses it, as rollyard never asks for one).
 
 CASES: dict[str, tuple[str, str, Any]] = {
     "generate_greedy": ("POST", "/generate", {
@@ -32,8 +35,6 @@ CASES: dict[str, tuple[str, str, Any]] = {
                             "sampling_seed": 3}}),
     "generate_too_long": ("POST", "/generate", {
         "input_ids": [7] * 600, "sampling_params": {"max_new_tokens": 4}}),
-    "generate_out_of_vocab": ("POST", "/generate", {
-        "input_ids": [1, 2, 99999], "sampling_params": {"max_new_tokens": 4}}),
     "get_model_info": ("GET", "/get_model_info", None),
     "update_weights_from_disk": ("POST", "/update_weights_from_disk", {
         "model_path": MODEL_DIR_PLACEHOLDER, "weight_version": "3"}),

@@ -16,7 +16,9 @@ import time
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-#: launch_server flags that make SGLang 0.5.23 serve float32 on CPU (see shared notes).
+#: launch_server flags for SGLang 0.5.23 on CPU (float32 comes from the dtype option).
+#: SGLang honours sampling_seed only with --enable-deterministic-inference, which needs a GPU
+#: attention backend, so seeded sampling is not part of this tier's contract.
 CPU_FLAGS = "--max-total-tokens 65536 --skip-server-warmup"
 
 

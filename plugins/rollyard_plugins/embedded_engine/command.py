@@ -42,7 +42,12 @@ def serve_from_args(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
+    from transformers.utils import logging as hf_logging
+
     from rollyard_plugins.embedded_engine.server import serve
+
+    # Progress bars start tqdm's monitor thread, which holds up interpreter exit by ~10 s.
+    hf_logging.disable_progress_bar()
 
     async def main() -> None:
         task = asyncio.current_task()
