@@ -59,9 +59,6 @@ class ProgramRunner:
 
         return list(await asyncio.gather(*(one(s) for s in samples)))
 
-    def close(self) -> None:
-        self._pool.shutdown(wait=True)
-
 
 @functools.lru_cache(maxsize=8)
 def shared_runner(settings: CodegolfSettings) -> ProgramRunner:
