@@ -40,6 +40,7 @@ OK = {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}}
     ({**OK, "image_data": "x.png"}, "image_data"),
     ({"sampling_params": {"max_new_tokens": 2}}, "input_ids and text"),
     ({**OK, "stream": True}, "stream"),
+    ({**OK, "top_logprobs_num": 5}, "top_logprobs_num"),
     ([1, 2, 3], "JSON object"),
     ("{not json", "not valid JSON"),
 ])

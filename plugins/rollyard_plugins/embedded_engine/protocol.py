@@ -19,11 +19,16 @@ class BadRequest(ValueError):
     """A request the engine refuses (HTTP 400); the message names the field."""
 
 
-#: Top-level /generate fields the engine accepts. Anything else is refused.
+#: Top-level /generate fields the engine honours (routing and metrics fields have no effect
+#: on one engine's answer). Anything else is refused.
 REQUEST_FIELDS = frozenset({
-    "rid", "input_ids", "text", "sampling_params", "return_logprob", "logprob_start_len",
-    "top_logprobs_num", "return_text_in_logprobs", "stream", "session_id", "log_metrics",
-    "routing_key", "custom_labels", "priority"})
+    "rid", "input_ids", "text", "sampling_params", "return_logprob", "session_id",
+    "log_metrics", "routing_key", "custom_labels"})
+#: SGLang top-level fields accepted only at their neutral value.
+NEUTRAL_REQUEST_VALUES: dict[str, tuple[Any, ...]] = {
+    "stream": (False, None), "top_logprobs_num": (None, 0), "logprob_start_len": (None, -1),
+    "return_text_in_logprobs": (False, None), "token_ids_logprob": (None,),
+    "priority": (None,)}
 #: Sampling fields whose value is honoured.
 SAMPLING_FIELDS = frozenset({
     "max_new_tokens", "temperature", "top_p", "top_k", "stop_token_ids", "ignore_eos",
@@ -130,12 +135,14 @@ def parse_generate(body: Any, vocab_size: int, context_len: int,
     """Validate a /generate body; return its prompts and whether it was a batch."""
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
-    unknown = sorted(set(body) - REQUEST_FIELDS)
+    unknown = sorted(set(body) - REQUEST_FIELDS - set(NEUTRAL_REQUEST_VALUES))
     if unknown:
         raise BadRequest(f"unsupported field(s) {unknown}; the embedded engine accepts "
-                         f"{sorted(REQUEST_FIELDS)}")
-    if body.get("stream"):
-        raise BadRequest("stream: streaming is not supported by the embedded engine")
+                         f"{sorted(REQUEST_FIELDS | set(NEUTRAL_REQUEST_VALUES))}")
+    for name, neutral in NEUTRAL_REQUEST_VALUES.items():
+        if name in body and body[name] not in neutral:
+            raise BadRequest(f"{name}={body[name]!r} is not supported by the embedded engine "
+                             f"(only {neutral[0]!r})")
     if ("input_ids" in body) == ("text" in body):
         raise BadRequest("give exactly one of input_ids and text")
     if "text" in body:

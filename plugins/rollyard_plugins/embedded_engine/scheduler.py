@@ -148,7 +148,7 @@ class Scheduler:
                         if payload is None or s.rid == payload]:
                 if seq in self._waiting:
                     self._waiting.remove(seq)
-                self._finish(seq, {"type": "abort", "message": "aborted by /abort_request"})
+                self._finish(seq, {"type": "abort", "message": "request aborted"})
         elif kind == "update":
             self._updates.append(payload)
         elif kind == "stop":
