@@ -38,14 +38,15 @@ KILL_GRACE_S = 3.0
 OUTPUT_GRACE_S = 0.2
 
 # Run by the interpreter inside the sandbox before the program: set hard rlimits on this
-# process, close bubblewrap's info fd, arrange to report its CPU time on fd 3 at exit, then
+# process, close every inherited descriptor past 3 (bubblewrap's info fd, and any descriptor
+# a library in the host process left inheritable), arrange to report CPU time on fd 3, then
 # run the program (its first command-line argument) as ``__main__``. Formatted with
 # (resource, soft, hard) triples.
 _PRELUDE = """\
 import atexit as _a, os as _o, resource as _r, sys as _s
 for _k, _v, _h in {limits}:
     _r.setrlimit(_k, (_v, _h))
-_o.closerange(4, 5)
+_o.closerange(4, 1 << 20)
 def _cpu(g=_r.getrusage, w=_o.write):
     w(3, repr(sum(u.ru_utime + u.ru_stime for u in (g(0), g(-1)))).encode())
 _a.register(_cpu)

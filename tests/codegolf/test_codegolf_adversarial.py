@@ -160,3 +160,16 @@ def test_the_process_limit_holds_even_when_the_host_runs_as_root(sandbox):
     result = sandbox.run(program)
     forked, errno = map(int, result.stdout.split())
     assert forked < sandbox.limits.processes and errno == 11  # EAGAIN from RLIMIT_NPROC
+
+
+def test_descriptors_inherited_from_the_host_are_closed(sandbox, tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text(SECRET)
+    fd = os.open(secret, os.O_RDONLY)
+    try:
+        os.dup2(fd, 50, inheritable=True)  # as a careless library in the host process might
+        result = sandbox.run(hostile("import os\nprint(os.read(50, 100))"))
+    finally:
+        os.close(50)
+        os.close(fd)
+    assert SECRET not in result.stdout and "Bad file descriptor" in result.stderr
