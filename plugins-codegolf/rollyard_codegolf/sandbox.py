@@ -245,7 +245,7 @@ class Sandbox:
         return [self.python, "-I", "-S", "-c", prelude]
 
     def _bwrap_argv(self) -> list[str]:
-        argv = [*self._launcher, "--unshare-all", "--unshare-user",
+        argv = [*self._launcher, "--unshare-all", "--unshare-user", "--disable-userns",
                 "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
                 "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv",
                 "--info-fd", "4"]

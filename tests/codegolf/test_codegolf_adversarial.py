@@ -118,6 +118,10 @@ def _programs(port: int) -> dict[str, tuple[str, set[str]]]:
             "    try: os.kill(pid, signal.SIGKILL)\n    except OSError: pass\n"
             "raise SystemExit(1)"), {"runtime_error"}),
         "ctypes crash": (hostile("import ctypes\nctypes.string_at(0)"), {"crashed"}),
+        "nested user namespace": (hostile(
+            "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "assert libc.unshare(0x10000000) == 0, 'unshare refused'\nprint(5)"),
+            {"runtime_error"}),
         "answers only the shown case": (hostile("print(5)"), {"wrong_answer"}),
     }
 
