@@ -161,13 +161,14 @@ class SGLangTransport(Transport):
         return self._session
 
     async def _request(self, method: str, url: str, path: str, *, timeout: float,
-                       payload: Any = None, headers: dict[str, str] | None = None) -> Any:
+                       payload: Any = None, headers: dict[str, str] | None = None,
+                       retry: bool = True) -> Any:
         """One HTTP call; returns the decoded JSON (or text). Retries connection errors only."""
         import aiohttp
 
         limits = aiohttp.ClientTimeout(total=timeout,
                                        sock_connect=float(self.settings["connect_timeout"]))
-        attempts = int(self.settings["retries"]) + 1
+        attempts = int(self.settings["retries"]) + 1 if retry else 1
         for attempt in range(attempts):
             try:
                 async with self._client().request(method, url + path, json=payload,
@@ -207,7 +208,7 @@ class SGLangTransport(Transport):
     async def health(self) -> dict[str, bool]:
         async def one(url: str) -> bool:
             try:
-                await self._request("GET", url, "/health",
+                await self._request("GET", url, "/health", retry=False,
                                     timeout=float(self.settings["connect_timeout"]))
                 return True
             except TransportError:

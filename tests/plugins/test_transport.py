@@ -239,3 +239,18 @@ def test_a_client_that_hangs_up_frees_its_slot(embedded_engine, http) -> None:
         time.sleep(0.05)
     _, after = http(embedded_engine.url, "/get_server_info")
     assert after["generated_tokens"] - before["generated_tokens"] < 400
+
+
+def test_health_reports_a_dead_engine_without_retrying(embedded_engine) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+
+    async def go() -> dict[str, bool]:
+        transport = SGLangTransport([embedded_engine.url, dead], {"retries": 50})
+        try:
+            return await transport.health()
+        finally:
+            await transport.close()
+
+    started = time.monotonic()
+    assert asyncio.run(go()) == {embedded_engine.url: True, dead: False}
+    assert time.monotonic() - started < 5
