@@ -67,8 +67,8 @@ class SandboxLimits:
 
     wall_s: float = 4.0
     cpu_s: int = 2
-    memory_bytes: int = 512 * 1024**2
-    processes: int = 32
+    memory_bytes: int = 256 * 1024**2
+    processes: int = 8
     file_bytes: int = 8 * 1024**2
     open_files: int = 64
     output_bytes: int = 64 * 1024
