@@ -13,7 +13,8 @@ one embedded engine serving a freshly built tiny model, so the engine does the s
   SDK's httpx client, which verifiers owns.
 
 Paths run in a rotating order each round so drift on a shared machine hits all of them; the
-medians are compared. Target: bridge/direct >= 0.9.
+medians are compared, for replies of up to 16 and up to 64 new tokens (the table also shows
+the mean reply length, which must be equal across paths). Target: bridge/direct >= 0.9.
 
 Usage: ``python benchmarks/verifiers_bridge.py [requests-per-round] [rounds]``.
 """
@@ -29,26 +30,28 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 CONCURRENCY = 32
-MAX_NEW_TOKENS = 16
+NEW_TOKENS = (16, 64)  # short replies show the per-request overhead; longer ones amortise it
 MESSAGES = [{"role": "user", "content": "Count from one to ten, please."}]
 
 Path = Callable[[int], Awaitable[Any]]
 
 
-async def requests_per_second(path: Path, requests: int) -> float:
-    """Run ``requests`` calls of ``path``, at most CONCURRENCY at once; return calls/s."""
+async def requests_per_second(path: Path, requests: int) -> tuple[float, float]:
+    """Run ``requests`` calls of ``path`` (each returns its number of new tokens), at most
+    CONCURRENCY at once; return (calls/s, mean new tokens per call)."""
     gate = asyncio.Semaphore(CONCURRENCY)
 
-    async def one(i: int) -> None:
+    async def one(i: int) -> int:
         async with gate:
-            await path(i)
+            return await path(i)
 
     started = time.perf_counter()
-    await asyncio.gather(*(one(i) for i in range(requests)))
-    return requests / (time.perf_counter() - started)
+    tokens = await asyncio.gather(*(one(i) for i in range(requests)))
+    return requests / (time.perf_counter() - started), sum(tokens) / requests
 
 
-async def measure(engine_url: str, model_dir: str, requests: int, rounds: int) -> None:
+async def measure(engine_url: str, model_dir: str, requests: int, rounds: int,
+                  max_new_tokens: int) -> None:
     import aiohttp
     from openai import AsyncOpenAI
     from renderers import DefaultRendererConfig, create_renderer
@@ -66,31 +69,34 @@ async def measure(engine_url: str, model_dir: str, requests: int, rounds: int) -
 
     def body(i: int) -> dict[str, Any]:
         return {"model": "tiny", "token_ids": prompt_ids,
-                "sampling_params": {"max_tokens": MAX_NEW_TOKENS, "seed": i,
+                "sampling_params": {"max_tokens": max_new_tokens, "seed": i,
                                     "stop_token_ids": stop_ids, "logprobs": 1}}
 
     async with BridgeServer(bridge) as server, aiohttp.ClientSession() as http:
         openai = AsyncOpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
         endpoint = server.base_url.removesuffix("/v1") + GENERATE_PATH
 
-        async def direct(i: int) -> Any:
-            return await transport.generate(GenerateRequest(prompt_ids, SamplingParams(
-                max_new_tokens=MAX_NEW_TOKENS, stop_token_ids=stop_ids, seed=i)))
+        async def direct(i: int) -> int:
+            result = await transport.generate(GenerateRequest(prompt_ids, SamplingParams(
+                max_new_tokens=max_new_tokens, stop_token_ids=stop_ids, seed=i)))
+            return len(result.output_ids)
 
-        async def client_face(i: int) -> Any:
-            return await generate(client=BridgeClient(bridge), renderer=renderer,
-                                  messages=MESSAGES, model="tiny",
-                                  sampling_params={"max_tokens": MAX_NEW_TOKENS, "seed": i})
+        async def client_face(i: int) -> int:
+            result = await generate(client=BridgeClient(bridge), renderer=renderer,
+                                    messages=MESSAGES, model="tiny",
+                                    sampling_params={"max_tokens": max_new_tokens, "seed": i})
+            return len(result["completion_ids"])
 
-        async def http_face(i: int) -> Any:
+        async def http_face(i: int) -> int:
             async with http.post(endpoint, json=body(i)) as response:
-                return await response.read()
+                return len((await response.json())["choices"][0]["token_ids"])
 
-        async def openai_http_face(i: int) -> Any:
-            return await generate(client=openai, renderer=renderer, messages=MESSAGES,
-                                  model="tiny",
-                                  sampling_params={"max_tokens": MAX_NEW_TOKENS, "seed": i},
-                                  extra_headers={"X-Session-ID": f"s{i}"})
+        async def openai_http_face(i: int) -> int:
+            result = await generate(client=openai, renderer=renderer, messages=MESSAGES,
+                                    model="tiny",
+                                    sampling_params={"max_tokens": max_new_tokens, "seed": i},
+                                    extra_headers={"X-Session-ID": f"s{i}"})
+            return len(result["completion_ids"])
 
         paths: dict[str, Path] = {
             "direct": direct, "renderer -> bridge client face": client_face,
@@ -100,24 +106,34 @@ async def measure(engine_url: str, model_dir: str, requests: int, rounds: int) -
         for name in names:  # warm-up: connections, tokenizer caches
             await requests_per_second(paths[name], CONCURRENCY)
         rates: dict[str, list[float]] = {name: [] for name in names}
+        lengths: dict[str, list[float]] = {name: [] for name in names}
         for r in range(rounds):
             for name in names[r % len(names):] + names[:r % len(names)]:
-                rates[name].append(await requests_per_second(paths[name], requests))
+                rate, length = await requests_per_second(paths[name], requests)
+                rates[name].append(rate)
+                lengths[name].append(length)
         await openai.close()
     await transport.close()
     base = statistics.median(rates["direct"])
     print(f"{requests} requests per round, {CONCURRENCY} concurrent, {rounds} rounds, "
-          f"prompt {len(prompt_ids)} tokens, up to {MAX_NEW_TOKENS} new tokens")
-    print(f"{'path':<40} {'median req/s':>12} {'vs direct':>10}")
+          f"prompt {len(prompt_ids)} tokens, up to {max_new_tokens} new tokens")
+    print(f"{'path':<40} {'median req/s':>12} {'vs direct':>10} {'new tokens/req':>15}")
     for name in names:
         median = statistics.median(rates[name])
-        print(f"{name:<40} {median:12.1f} {median / base:10.2f}")
-    print("target: bridge/direct >= 0.9")
+        print(f"{name:<40} {median:12.1f} {median / base:10.2f} "
+              f"{statistics.mean(lengths[name]):15.1f}")
+    print("target: bridge/direct >= 0.9\n")
+
+
+async def measure_all(engine_url: str, model_dir: str, requests: int, rounds: int) -> None:
+    """Every reply length in one event loop (renderers keeps loop-bound module state)."""
+    for max_new_tokens in NEW_TOKENS:
+        await measure(engine_url, model_dir, requests, rounds, max_new_tokens)
 
 
 def main() -> int:
-    requests = int(sys.argv[1]) if len(sys.argv) > 1 else 128
-    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+    requests = int(sys.argv[1]) if len(sys.argv) > 1 else 256
+    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 7
     from rollyard.models.tiny import build_tiny_model
     from rollyard_plugins.embedded_engine.launcher import EmbeddedEngine
 
@@ -125,7 +141,7 @@ def main() -> int:
         model_dir = str(build_tiny_model(tmp))
         handle = EmbeddedEngine().launch(model_dir, 0)
         try:
-            asyncio.run(measure(handle.url, model_dir, requests, rounds))
+            asyncio.run(measure_all(handle.url, model_dir, requests, rounds))
         finally:
             handle.stop()
     return 0

@@ -54,6 +54,7 @@ class VerifiersRollout(Rollout):
         self._tasks: dict[str, Any] = {}
         self._shared = {key: SharedContext(self._opener(key)) for key in self._configs}
         self._semaphore: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
+        self._bridge_port = 0
         self._metrics = EnvironmentMetrics()
 
     # ------------------------------------------------------------------ tasks
@@ -144,7 +145,11 @@ class VerifiersRollout(Rollout):
         @contextlib.asynccontextmanager
         async def open_context() -> AsyncIterator[Any]:
             env = self._envs[key]
-            async with BridgeServer(self.bridge) as server, env.serving():
+            # The same port every time: renderers caches the engine's context length per
+            # base URL behind a lock bound to the first event loop that waited on it.
+            async with BridgeServer(self.bridge, port=self._bridge_port) as server, \
+                    env.serving():
+                self._bridge_port = server.port
                 yield self._model_context(server.base_url)
         return open_context
 
