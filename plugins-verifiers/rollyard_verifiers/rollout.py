@@ -129,8 +129,11 @@ class VerifiersRollout(Rollout):
             return [_failed(task_id, group_id, reason or "episode produced no trace")]
         samples = []
         for trace in episode.traces:
-            produced = trace_samples(trace, self.bridge.pop_session(trace.id), task_id,
-                                     group_id)
+            try:
+                produced = trace_samples(trace, self.bridge.pop_session(trace.id), task_id,
+                                         group_id)
+            except ValueError as exc:  # an inconsistent trace fails its sample, not the group
+                produced = [_failed(task_id, group_id, f"trace {trace.id}: {exc}")]
             self._metrics.add(trace, produced)
             samples.extend(produced)
         return samples
