@@ -8,7 +8,10 @@ processes, file size, open files) before the program's first line runs. A wall-c
 or an output past the cap kills the sandbox's PID namespace, which takes every process the
 program started with it.
 
-This module has no dependency on the rest of the plugin and can be reused by other plugins.
+System calls that code golf never needs (ptrace, bpf, io_uring, keyrings, mounts, namespaces
+…) fail with EPERM under a seccomp filter (see :mod:`rollyard_codegolf.seccomp`).
+
+This module depends only on that one and can be reused by other plugins.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from rollyard_codegolf.seccomp import deny_filter
 
 #: The program is passed as an argument; the kernel caps one argument at 128 KiB.
 MAX_PROGRAM_BYTES = 100_000
@@ -180,6 +185,7 @@ class Sandbox:
             if os.geteuid() == 0:
                 self.python = self._python_for_nobody(python)
         self._prelude = _PRELUDE.format(limits=self._rlimits())
+        self._seccomp = None if unsafe_no_sandbox else deny_filter()
         if not unsafe_no_sandbox:
             self._check_bubblewrap()
 
@@ -249,6 +255,8 @@ class Sandbox:
                 "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
                 "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv",
                 "--info-fd", "4"]
+        if self._seccomp is not None:
+            argv += ["--seccomp", "5"]
         for path in SYSTEM_PATHS:
             if os.path.islink(path):
                 argv += ["--symlink", os.readlink(path), path]
@@ -286,14 +294,17 @@ class Sandbox:
         err_r, err_w = os.pipe()
         cpu_r, cpu_w = os.pipe()
         info_r, info_w = os.pipe()
+        filter_r, filter_w = os.pipe()
+        os.write(filter_w, self._seccomp or b"")  # a few hundred bytes: fits the pipe buffer
+        os.close(filter_w)
         actions = [(os.POSIX_SPAWN_DUP2, in_r, 0), (os.POSIX_SPAWN_DUP2, out_w, 1),
                    (os.POSIX_SPAWN_DUP2, err_w, 2), (os.POSIX_SPAWN_DUP2, cpu_w, 3),
-                   (os.POSIX_SPAWN_DUP2, info_w, 4)]
+                   (os.POSIX_SPAWN_DUP2, info_w, 4), (os.POSIX_SPAWN_DUP2, filter_r, 5)]
         start = time.monotonic()
         try:
             pid = os.posix_spawn(argv[0], argv, env, file_actions=actions, setsid=True)
         finally:
-            for fd in (in_r, out_w, err_w, cpu_w, info_w):
+            for fd in (in_r, out_w, err_w, cpu_w, info_w, filter_r):
                 os.close(fd)
         pidfd = os.pidfd_open(pid)
         try:

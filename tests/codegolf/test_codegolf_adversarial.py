@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
+import platform
 import socket
 import threading
 import time
@@ -177,3 +178,28 @@ def test_descriptors_inherited_from_the_host_are_closed(sandbox, tmp_path):
         os.close(50)
         os.close(fd)
     assert SECRET not in result.stdout and "Bad file descriptor" in result.stderr
+
+
+def test_kernel_attack_surface_is_closed_by_seccomp(sandbox):
+    calls = {"ptrace": 101, "io_uring_setup": 425, "bpf": 321, "keyctl": 250,
+             "perf_event_open": 298, "unshare": 272, "mount": 165}
+    probe = hostile(
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        f"for name, nr in {calls!r}.items():\n"
+        "    ctypes.set_errno(0)\n"
+        "    print(name, libc.syscall(nr, 0, 0, 0, 0, 0), ctypes.get_errno())")
+    if platform.machine() != "x86_64":
+        pytest.skip("the probe uses x86_64 system call numbers")
+    lines = sandbox.run(probe).stdout.split("\n")[:-1]
+    assert lines == [f"{name} -1 1" for name in calls]  # every one refused with EPERM
+
+
+def test_seccomp_filter_shape():
+    from rollyard_codegolf.seccomp import DENIED, deny_filter
+
+    assert deny_filter("sparc") is None
+    for machine in ("x86_64", "aarch64"):
+        program = deny_filter(machine)
+        # arch check (3) + load nr (1) + x32 guard on x86_64 (2) + one test per call + 2 rets
+        extra = 2 if machine == "x86_64" else 0
+        assert len(program) == 8 * (4 + extra + len(DENIED) + 2)
