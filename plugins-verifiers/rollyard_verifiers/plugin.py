@@ -19,7 +19,7 @@ def register_rollouts(register: Callable[[type], None]) -> None:
 @hookimpl
 def add_options(group: Any) -> None:
     """``--verifiers-*`` options; values reach the rollout without the prefix."""
-    group.add_argument("--verifiers-env", metavar="ID",
+    group.add_argument("--verifiers-env", "--vf-env", metavar="ID",
                        help="verifiers environment: an importable taskset package "
                             "(e.g. rollyard_codegolf.verifiers_env)")
     group.add_argument("--verifiers-env-config", metavar="JSON",

@@ -17,11 +17,12 @@ GROUPS, GROUP_SIZE = 3, 4
 
 
 def train(rollyard_cli, tmp_path: Path, model_dir: Path, env_id: str, steps: int,
-          *extra: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+          *extra: str, env_flag: str = "--verifiers-env",
+          ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Run one training job; return its samples and metrics (one dict per line)."""
     runs = tmp_path / "runs"
     result = rollyard_cli(
-        "train", "--rollout-plugin", "verifiers", "--verifiers-env", env_id,
+        "train", "--rollout-plugin", "verifiers", env_flag, env_id,
         "--verifiers-max-turns", "1", "--model", str(model_dir), "--steps", str(steps),
         "--groups-per-step", str(GROUPS), "--group-size", str(GROUP_SIZE),
         "--num-cpus", "2", "--train-dp", "2", "--runs-dir", str(runs), "--no-progress",
@@ -75,7 +76,8 @@ def test_train_on_the_shipped_single_turn_environment(rollyard_cli, tmp_path,
 
 def test_train_on_the_codegolf_taskset(rollyard_cli, tmp_path, tiny_model_dir) -> None:
     samples, metrics = train(rollyard_cli, tmp_path, tiny_model_dir,
-                             "rollyard_codegolf.verifiers_env", 1, "--max-new-tokens", "16")
+                             "rollyard_codegolf.verifiers_env", 1, "--max-new-tokens", "16",
+                             env_flag="--vf-env")  # the short alias
     check_samples(samples, {"correct", "concise"})
     [m] = metrics
     assert m["env/verifiers/error_rate"] == 0.0
