@@ -44,8 +44,10 @@ def throughput(run_one: Callable[[], str], expected: str, workers: int,
     def worker() -> int:
         done = 0
         while time.perf_counter() < deadline:
-            if run_one().strip() != expected.strip():
-                raise RuntimeError("a benchmark run printed the wrong answer")
+            output = run_one()
+            if output.strip() != expected.strip():
+                raise RuntimeError(f"a benchmark run printed {output[-300:]!r}, expected "
+                                   f"{expected!r}")
             done += 1
         return done
 
@@ -69,7 +71,8 @@ def main() -> int:
     print(f"{'program':<10}{'sandbox':>10}{'bare':>10}{'ratio':>8}")
     for label, (code, stdin, expected) in programs().items():
         def sandboxed(code: str = code, stdin: str = stdin) -> str:
-            return sandbox.run(code, stdin).stdout
+            result = sandbox.run(code, stdin)
+            return result.stdout if result.ok else repr(result)
 
         def bare(code: str = code, stdin: str = stdin) -> str:
             return subprocess.run([*bare_argv, code], input=stdin, capture_output=True,

@@ -39,12 +39,15 @@ DEVICES = ("/dev/null", "/dev/zero", "/dev/random", "/dev/urandom")
 SANDBOX_UID = 65534
 #: How long a killed sandbox may take to tear its PID namespace down before the fallback.
 KILL_GRACE_S = 3.0
+#: Tries before a sandbox that bubblewrap cannot set up is reported as an error.
+SETUP_ATTEMPTS = 2
 #: How long output pipes may stay open after the program exited before leftovers are killed.
 OUTPUT_GRACE_S = 0.2
 
 # Run by the interpreter inside the sandbox before the program: set hard rlimits on this
 # process, close every inherited descriptor past 3 (bubblewrap's info fd, and any descriptor
-# a library in the host process left inheritable), arrange to report CPU time on fd 3, then
+# a library in the host process left inheritable), write "+" on fd 3 (it started) and
+# arrange to report its CPU time there at exit, then
 # run the program (its first command-line argument) as ``__main__``. Formatted with
 # (resource, soft, hard) triples.
 _PRELUDE = """\
@@ -52,6 +55,7 @@ import atexit as _a, os as _o, resource as _r, sys as _s
 for _k, _v, _h in {limits}:
     _r.setrlimit(_k, (_v, _h))
 _o.closerange(4, 1 << 20)
+_o.write(3, b"+")
 def _cpu(g=_r.getrusage, w=_o.write):
     w(3, repr(sum(u.ru_utime + u.ru_stime for u in (g(0), g(-1)))).encode())
 _a.register(_cpu)
@@ -100,6 +104,7 @@ class ExecResult:
     stdout_truncated: bool = False
     stderr_truncated: bool = False
     sandboxed: bool = True
+    started: bool = True
 
     @property
     def ok(self) -> bool:
@@ -114,9 +119,10 @@ def bubblewrap_path() -> str | None:
     return shutil.which("bwrap")
 
 
-def _reported_cpu(fd: int) -> float:
-    """CPU seconds the interpreter reported on its fd 3 at exit (0.0 when it could not: killed,
-    or the program closed the descriptor). Reads without blocking, then closes ``fd``."""
+def _start_report(fd: int) -> tuple[bool, float]:
+    """Whether the interpreter started (it writes "+" first) and the CPU seconds it reported
+    at exit (0.0 when it could not: killed, or the program closed the descriptor). Reads
+    without blocking, then closes ``fd``."""
     try:
         os.set_blocking(fd, False)
         raw = os.read(fd, 64)
@@ -125,9 +131,10 @@ def _reported_cpu(fd: int) -> float:
     finally:
         os.close(fd)
     try:
-        return max(0.0, float(raw.decode("ascii")))
+        cpu = max(0.0, float(raw[1:].decode("ascii")))
     except ValueError:
-        return 0.0
+        cpu = 0.0
+    return raw.startswith(b"+"), cpu
 
 
 def _child_pid(info_r: int, bwrap_pid: int) -> int | None:
@@ -158,6 +165,11 @@ def _reachable_by_others(path: str) -> bool:
     except OSError:
         return False
     return True
+
+
+def _setup_failed(result: ExecResult) -> bool:
+    """Whether bubblewrap failed before the interpreter started (and said so)."""
+    return not result.started and result.limit is None and result.stderr.startswith("bwrap: ")
 
 
 def _decode(data: bytes) -> str:
@@ -276,7 +288,11 @@ class Sandbox:
     def run(self, code: str, stdin: str = "") -> ExecResult:
         """Run ``code`` with ``stdin`` and return what happened; never raises for anything the
         program does. A program over MAX_PROGRAM_BYTES is not run (limit ``program_size``),
-        nor is one with a NUL character (reported as a syntax error, as Python would)."""
+        nor is one with a NUL character (reported as a syntax error, as Python would).
+
+        When bubblewrap itself fails to set the sandbox up (a transient lack of kernel
+        resources), the run is retried; after SETUP_ATTEMPTS failures SandboxUnavailable is
+        raised, so an infrastructure fault is never scored as the program's."""
         if len(code.encode("utf-8", errors="replace")) > MAX_PROGRAM_BYTES:
             return ExecResult(-1, "", f"program is over {MAX_PROGRAM_BYTES} bytes", 0.0, 0.0,
                               limit="program_size", sandboxed=not self.unsafe)
@@ -286,7 +302,12 @@ class Sandbox:
         if self.unsafe:
             with tempfile.TemporaryDirectory(prefix="rollyard-codegolf-") as cwd:
                 return self._spawn([*self._interpreter_argv(cwd), code], stdin, {"HOME": cwd})
-        return self._spawn([*self._bwrap_argv(), code], stdin, {})
+        for _ in range(SETUP_ATTEMPTS):
+            result = self._spawn([*self._bwrap_argv(), code], stdin, {})
+            if not _setup_failed(result):
+                return result
+        raise SandboxUnavailable(f"bubblewrap could not set up a sandbox {SETUP_ATTEMPTS} "
+                                 f"times in a row: {result.stderr.strip()[-300:]}")
 
     def _spawn(self, argv: list[str], stdin: str, env: dict[str, str]) -> ExecResult:
         in_r, in_w = os.pipe()
@@ -317,13 +338,14 @@ class Sandbox:
             os.close(info_r)
         _, status, usage = os.wait4(pid, 0)
         wall = time.monotonic() - start
-        cpu = max(usage.ru_utime + usage.ru_stime, _reported_cpu(cpu_r))
+        started, reported = _start_report(cpu_r)
+        cpu = max(usage.ru_utime + usage.ru_stime, reported)
         exit_status = self._exit_status(status)
         (out, out_cut), (err, err_cut) = streams
         if limit is None:
             limit = self._limit_from(exit_status, err)
         return ExecResult(exit_status, _decode(out), _decode(err), round(wall, 4), round(cpu, 4),
-                          limit, out_cut, err_cut, sandboxed=not self.unsafe)
+                          limit, out_cut, err_cut, sandboxed=not self.unsafe, started=started)
 
     def _pump(self, pidfd: int, in_w: int, out_r: int, err_r: int, data: bytes,
               deadline: float) -> tuple[tuple[tuple[bytes, bool], tuple[bytes, bool]],

@@ -89,3 +89,16 @@ def test_rewards_refuse_tasks_that_are_not_codegolf_tasks():
     reward = CorrectReward(RewardContext(tokenizer=None, options={}))
     with pytest.raises(ValueError, match="'toy-1' is not a codegolf task"):
         asyncio.run(reward.score(sample("x"), Task(id="toy-1", prompt="copy: ab")))
+
+
+def test_a_broken_sandbox_fails_the_sample_instead_of_scoring_it(tasks, monkeypatch):
+    from rollyard_codegolf import sandbox as sandbox_module
+    from rollyard_codegolf.runner import ProgramRunner
+    from rollyard_codegolf.settings import CodegolfSettings
+
+    runner = ProgramRunner(CodegolfSettings.from_options({"timeout": 2.0}))
+    monkeypatch.setattr(sandbox_module, "DEVICES", ("/dev/no-such-device",))
+    good = sample(reply(ADD_TWO["reference"]))
+    [record] = asyncio.run(runner.score_samples([good], tasks["add-two"].to_task()))
+    assert record["reason"] == "sandbox_error" and good.status is SampleStatus.FAILED
+    assert "could not set up a sandbox" in good.metadata["failure"]

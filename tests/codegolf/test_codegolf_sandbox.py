@@ -74,3 +74,14 @@ def test_unsafe_mode_still_enforces_the_wall_clock(monkeypatch, tmp_path):
     unsafe = Sandbox(SandboxLimits(wall_s=1, cpu_s=5), unsafe_no_sandbox=True)
     result = unsafe.run("import time\nwhile 1: time.sleep(0.1)")
     assert result.limit == "wall" and result.wall_s < 3
+
+
+def test_a_sandbox_bubblewrap_cannot_set_up_is_an_error_not_a_failing_program(monkeypatch):
+    from rollyard_codegolf import sandbox as sandbox_module
+
+    box = Sandbox(SandboxLimits(wall_s=2))
+    assert box.run("print(1)").started
+    # a device node that does not exist: bubblewrap fails before the interpreter starts
+    monkeypatch.setattr(sandbox_module, "DEVICES", ("/dev/null", "/dev/no-such-device"))
+    with pytest.raises(SandboxUnavailable, match="could not set up a sandbox 2 times"):
+        box.run("print(1)")
