@@ -180,8 +180,9 @@ class Sandbox:
     """Runs one Python program at a time per call; thread-safe, so callers may run several
     concurrently from a thread pool.
 
-    ``python`` is the interpreter used inside (default: the base interpreter of this process;
-    its installation prefix is bound read-only). Without bubblewrap, construction raises
+    ``python`` is the interpreter used inside (default: the base interpreter of this process,
+    or the system ``python3`` when this process is root and the sandbox user cannot reach
+    it; its installation prefix is bound read-only). Without bubblewrap, construction raises
     :class:`SandboxUnavailable` unless ``unsafe_no_sandbox`` is true, in which case programs run
     as plain subprocesses with the same rlimits, timeout and output cap but no isolation.
     """
@@ -248,12 +249,18 @@ class Sandbox:
         return repr(tuple((int(k), int(v), int(h)) for k, v, h in triples))
 
     def _check_bubblewrap(self) -> None:
-        probe = self.run("", "")
-        if probe.exit_status != 0:
+        """Run an empty program once, so a machine that cannot sandbox is refused up front."""
+        try:
+            probe = self.run("", "")
+            problem = (None if probe.exit_status == 0 else
+                       f"exit status {probe.exit_status}: {probe.stderr.strip()[-300:]}")
+        except SandboxUnavailable as exc:
+            problem = str(exc)
+        if problem is not None:
             raise SandboxUnavailable(
-                f"bubblewrap is installed but cannot start a sandbox here (exit status "
-                f"{probe.exit_status}: {probe.stderr.strip()[-300:]}); fix user namespaces or "
-                "pass --codegolf-unsafe-no-sandbox to run programs unisolated")
+                f"bubblewrap is installed but cannot start a sandbox here ({problem}); enable "
+                "unprivileged user namespaces or pass --codegolf-unsafe-no-sandbox to run "
+                "programs unisolated")
 
     # ------------------------------------------------------------------ command line
 

@@ -85,3 +85,12 @@ def test_a_sandbox_bubblewrap_cannot_set_up_is_an_error_not_a_failing_program(mo
     monkeypatch.setattr(sandbox_module, "DEVICES", ("/dev/null", "/dev/no-such-device"))
     with pytest.raises(SandboxUnavailable, match="could not set up a sandbox 2 times"):
         box.run("print(1)")
+
+
+def test_a_machine_that_cannot_sandbox_is_refused_at_construction(monkeypatch):
+    from rollyard_codegolf import sandbox as sandbox_module
+
+    monkeypatch.setattr(sandbox_module, "DEVICES", ("/dev/no-such-device",))
+    with pytest.raises(SandboxUnavailable, match=r"cannot start a sandbox here.*"
+                                                 r"--codegolf-unsafe-no-sandbox"):
+        Sandbox(SandboxLimits(wall_s=2))
