@@ -9,7 +9,7 @@ kernel's ``asm/unistd_64.h`` (x86_64) and ``asm-generic/unistd.h`` (aarch64).
 from __future__ import annotations
 
 import errno
-import platform
+import os
 import struct
 
 # classic BPF opcodes and seccomp return values (linux/filter.h, linux/seccomp.h)
@@ -44,7 +44,7 @@ def _insn(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
 def deny_filter(machine: str | None = None) -> bytes | None:
     """The compiled filter for ``machine`` (default: this one), or None where the syscall
     numbers are not known. A process of another architecture (x32, 32-bit) is killed."""
-    machine = machine or platform.machine()
+    machine = machine or os.uname().machine
     if machine not in ARCHES:
         return None
     arch, column = ARCHES[machine]
