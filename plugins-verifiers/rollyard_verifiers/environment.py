@@ -14,6 +14,7 @@ Three things verifiers does not do by itself here:
 
 from __future__ import annotations
 
+import copy
 import importlib
 import os
 import sys
@@ -58,13 +59,30 @@ def harness_env() -> dict[str, str]:
 
 def env_config(env_id: str, overrides: Mapping[str, Any] | None = None,
                max_turns: int | None = None) -> dict[str, Any]:
-    """The raw verifiers env config: the taskset, the ``null`` harness with :func:`harness_env`
-    in the local ``subprocess`` runtime, then ``overrides`` merged in depth."""
-    agent: dict[str, Any] = {"harness": {"id": "null", "env": harness_env()},
-                             "runtime": {"type": "subprocess"}}
-    if max_turns is not None:
-        agent["max_turns"] = max_turns
-    return deep_merge({"taskset": {"id": env_id}, "agent": agent}, overrides or {})
+    """The raw verifiers env config: the taskset, then for every agent role the env declares
+    (``agent`` for a plain taskset; ``assistant`` and ``user`` for ``user_sim`` …) the local
+    ``subprocess`` runtime and :func:`harness_env`, the ``null`` harness unless the taskset
+    bundles one, ``max_turns`` when given; then ``overrides`` merged in depth."""
+    from verifiers.v1.configs.agent import AgentConfig
+    from verifiers.v1.utils.loaders import default_harness_id, env_config_type
+
+    base = deep_merge({"taskset": {"id": env_id}}, overrides or {})
+    taskset_id = register_taskset_id(str(base["taskset"].get("id") or env_id))
+    bundled = default_harness_id(taskset_id) != "bash"
+    fields = env_config_type(taskset_id, str(base.get("id") or "")).model_fields
+    roles: dict[str, Any] = {}
+    for name, field in fields.items():
+        if not isinstance(field.default, AgentConfig):
+            continue
+        declared = field.default.harness
+        harness: dict[str, Any] = {"env": harness_env()}
+        if declared is None and not bundled:
+            harness["id"] = "null"
+        role: dict[str, Any] = {"harness": harness, "runtime": {"type": "subprocess"}}
+        if max_turns is not None:
+            role["max_turns"] = max_turns
+        roles[name] = role
+    return deep_merge(roles, base)
 
 
 def deep_merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
@@ -83,4 +101,4 @@ def load_environment(config: Mapping[str, Any]) -> Any:
     import verifiers.v1 as vf
 
     register_taskset_id(config["taskset"]["id"])
-    return vf.load_environment(vf.resolve_env_config(dict(config)))
+    return vf.load_environment(vf.resolve_env_config(copy.deepcopy(dict(config))))

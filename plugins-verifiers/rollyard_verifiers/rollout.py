@@ -129,6 +129,8 @@ class VerifiersRollout(Rollout):
             return [_failed(task_id, group_id, reason or "episode produced no trace")]
         samples = []
         for trace in episode.traces:
+            if not getattr(trace.agent, "trainable", True):  # e.g. user_sim's modeled user
+                continue
             try:
                 produced = trace_samples(trace, self.bridge.pop_session(trace.id), task_id,
                                          group_id)
