@@ -43,8 +43,12 @@ class VerifiersRollout(Rollout):
         self.renderer_dir = _tokenizer_dir(context.tokenizer)
         self.bridge = Bridge(context.transport, model=Path(self.renderer_dir).name,
                              max_model_len=_context_length(self.renderer_dir))
-        train = env_config(self.env_id, _json_option(options, "env_config"),
-                           options.get("max_turns"))
+        try:
+            train = env_config(self.env_id, _json_option(options, "env_config"),
+                               options.get("max_turns"))
+        except (ImportError, TypeError, ValueError) as exc:
+            raise RolloutError(f"verifiers environment {self.env_id!r}: {type(exc).__name__}: "
+                               f"{exc}", plugin=self.name) from exc
         eval_ = deep_merge(train, _json_option(options, "eval_config"))
         # Splits with the same config share one environment (and one serving context).
         self._configs = {json.dumps(c, sort_keys=True): c for c in (train, eval_)}

@@ -84,7 +84,7 @@ def test_an_unreachable_engine_fails_samples_with_the_reason(tiny_model_dir, tes
         assert rollout.metrics()["verifiers/error_rate"] == 1.0
 
 
-def test_unknown_environment_is_named(tiny_model_dir) -> None:
-    rollout = make_rollout(tiny_model_dir, "http://127.0.0.1:9", env="no_such_vf_env")
-    with pytest.raises(RolloutError, match="no_such_vf_env"):
-        rollout.tasks("train")
+@pytest.mark.parametrize("env_id", ["no_such_vf_env", "no_such_package.vf_env"])
+def test_unknown_environment_is_named(tiny_model_dir, env_id: str) -> None:
+    with pytest.raises(RolloutError, match=env_id.replace(".", r"\.")):
+        make_rollout(tiny_model_dir, "http://127.0.0.1:9", env=env_id).tasks("train")
