@@ -1,5 +1,6 @@
-"""Fixtures for the code-golf plugin: the shipped tasks, a sandbox with short limits, a
-tokenizer, and (for the rollout tests) a tiny model served by the embedded engine."""
+"""Fixtures for the code-golf plugin: the shipped tasks, sandboxes with the default and with
+short limits, a tokenizer, and (for the rollout tests) a tiny model served by the embedded
+engine."""
 
 from __future__ import annotations
 
@@ -22,6 +23,13 @@ def tasks() -> dict[str, CodegolfTask]:
 
 @pytest.fixture(scope="session")
 def sandbox() -> Sandbox:
+    """The default limits, as a run uses them."""
+    return Sandbox()
+
+
+@pytest.fixture(scope="session")
+def strict_sandbox() -> Sandbox:
+    """Short limits, for programs that are meant to run into them."""
     return Sandbox(FAST_LIMITS)
 
 

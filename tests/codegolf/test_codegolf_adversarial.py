@@ -128,7 +128,7 @@ def _programs(port: int) -> dict[str, tuple[str, set[str]]]:
 
 
 @pytest.mark.slow
-def test_hostile_programs_are_contained_and_score_zero(tasks, sandbox, loopback_server,
+def test_hostile_programs_are_contained_and_score_zero(tasks, strict_sandbox, loopback_server,
                                                        monkeypatch):
     port, accepted = loopback_server
     monkeypatch.setenv("CODEGOLF_TEST_SECRET", SECRET)
@@ -136,13 +136,13 @@ def test_hostile_programs_are_contained_and_score_zero(tasks, sandbox, loopback_
     failures = {}
     for name, (program, reasons) in _programs(port).items():
         started = time.monotonic()
-        score = score_program(program, task, sandbox)
+        score = score_program(program, task, strict_sandbox)
         elapsed = time.monotonic() - started
         if score.passed != 0 or score.reason not in reasons:
             failures[name] = (score.passed, score.reason, score.detail[-200:])
         assert elapsed < 10, f"{name} took {elapsed:.1f}s"
         if name.startswith(("read", "parent")):
-            leaked = sandbox.run(program).stdout
+            leaked = strict_sandbox.run(program).stdout
             assert SECRET not in leaked and "[project]" not in leaked and "root:" not in leaked
     assert failures == {}
     assert accepted == []
@@ -153,34 +153,34 @@ def test_hostile_programs_are_contained_and_score_zero(tasks, sandbox, loopback_
     assert live_marked_processes() == []
     assert [p for p in outside_paths() if p.exists()] == []
     # and the run continues: an honest program still passes everything
-    honest = score_program(task.reference, task, sandbox)
+    honest = score_program(task.reference, task, strict_sandbox)
     assert honest.all_passed and honest.reason is None
 
 
-def test_the_process_limit_holds_even_when_the_host_runs_as_root(sandbox):
+def test_the_process_limit_holds_even_when_the_host_runs_as_root(strict_sandbox):
     program = hostile(
         "import os, time\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n"
         "            time.sleep(5)\n            os._exit(0)\n        n += 1\n"
         "except OSError as exc:\n    print(n, exc.errno)")
-    result = sandbox.run(program)
+    result = strict_sandbox.run(program)
     forked, errno = map(int, result.stdout.split())
-    assert forked < sandbox.limits.processes and errno == 11  # EAGAIN from RLIMIT_NPROC
+    assert forked < strict_sandbox.limits.processes and errno == 11  # EAGAIN from RLIMIT_NPROC
 
 
-def test_descriptors_inherited_from_the_host_are_closed(sandbox, tmp_path):
+def test_descriptors_inherited_from_the_host_are_closed(strict_sandbox, tmp_path):
     secret = tmp_path / "secret.txt"
     secret.write_text(SECRET)
     fd = os.open(secret, os.O_RDONLY)
     try:
         os.dup2(fd, 50, inheritable=True)  # as a careless library in the host process might
-        result = sandbox.run(hostile("import os\nprint(os.read(50, 100))"))
+        result = strict_sandbox.run(hostile("import os\nprint(os.read(50, 100))"))
     finally:
         os.close(50)
         os.close(fd)
     assert SECRET not in result.stdout and "Bad file descriptor" in result.stderr
 
 
-def test_kernel_attack_surface_is_closed_by_seccomp(sandbox):
+def test_kernel_attack_surface_is_closed_by_seccomp(strict_sandbox):
     calls = {"ptrace": 101, "io_uring_setup": 425, "bpf": 321, "keyctl": 250,
              "perf_event_open": 298, "unshare": 272, "mount": 165}
     probe = hostile(
@@ -190,7 +190,7 @@ def test_kernel_attack_surface_is_closed_by_seccomp(sandbox):
         "    print(name, libc.syscall(nr, 0, 0, 0, 0, 0), ctypes.get_errno())")
     if platform.machine() != "x86_64":
         pytest.skip("the probe uses x86_64 system call numbers")
-    lines = sandbox.run(probe).stdout.split("\n")[:-1]
+    lines = strict_sandbox.run(probe).stdout.split("\n")[:-1]
     assert lines == [f"{name} -1 1" for name in calls]  # every one refused with EPERM
 
 
