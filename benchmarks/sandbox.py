@@ -9,7 +9,7 @@ bubblewrap, rlimits, namespaces or output capping.
 Targets: sandbox/bare >= 0.5 and >= 20 sandboxed executions per second with 2 workers.
 Exit status 1 when either is missed.
 
-    .venv/bin/python benchmarks/sandbox.py [--workers 2] [--seconds 3] [--rounds 3]
+    .venv/bin/python benchmarks/sandbox.py [--workers 2] [--seconds 1] [--rounds 10]
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ def throughput(run_one: Callable[[], str], expected: str, workers: int,
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--seconds", type=float, default=3.0, help="per measurement")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds")
+    parser.add_argument("--seconds", type=float, default=1.0, help="per measurement")
+    parser.add_argument("--rounds", type=int, default=10, help="alternating rounds")
     args = parser.parse_args()
     sandbox = Sandbox()
     bare_argv = [sandbox.python, "-I", "-S", "-c"]
