@@ -7,7 +7,7 @@ from typing import Any
 
 from rollyard import Engine
 
-from rollyard_plugins.embedded_engine.command import DEFAULT_MAX_BATCH_SIZE
+from rollyard_plugins.embedded_engine.command import DEFAULT_MAX_BATCH_SIZE, DEFAULT_THREADS
 from rollyard_plugins.embedded_engine.process import ProcessEngineHandle, free_port, launch_server
 
 DEFAULT_STARTUP_TIMEOUT = 120.0
@@ -31,7 +31,7 @@ class EmbeddedEngine(Engine):
             "--model", str(model_dir), "--host", "127.0.0.1", "--port", str(port),
             "--max-batch-size", str(options.get("max_batch_size", DEFAULT_MAX_BATCH_SIZE)),
             "--weight-update-policy", str(options.get("weight_update_policy", "wait")),
-            "--threads", str(options.get("threads", 0))]
+            "--threads", str(options.get("threads", DEFAULT_THREADS))]
         return launch_server(command, url, name="embedded",
                              timeout=float(options.get("startup_timeout",
                                                        DEFAULT_STARTUP_TIMEOUT)),

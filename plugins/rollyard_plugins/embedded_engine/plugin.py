@@ -9,7 +9,11 @@ from typing import Any
 
 from rollyard import hookimpl
 
-from rollyard_plugins.embedded_engine.command import DEFAULT_MAX_BATCH_SIZE, EngineCommand
+from rollyard_plugins.embedded_engine.command import (
+    DEFAULT_MAX_BATCH_SIZE,
+    DEFAULT_THREADS,
+    EngineCommand,
+)
 from rollyard_plugins.embedded_engine.launcher import DEFAULT_STARTUP_TIMEOUT, EmbeddedEngine
 
 
@@ -31,7 +35,8 @@ def add_options(group: Any) -> None:
                        default="wait",
                        help="on a weight update, finish running requests on the old weights "
                             "(wait) or abort them")
-    group.add_argument("--embedded-threads", type=int, default=0,
-                       help="torch threads per engine (default: torch's choice)")
+    group.add_argument("--embedded-threads", type=int, default=DEFAULT_THREADS,
+                       help="torch threads per engine; 0 = torch's choice (default: "
+                            "%(default)s)")
     group.add_argument("--embedded-startup-timeout", type=float,
                        default=DEFAULT_STARTUP_TIMEOUT, help="seconds to wait for /health")

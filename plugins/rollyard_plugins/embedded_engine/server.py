@@ -35,14 +35,15 @@ class EngineServer:
     """Routes SGLang's endpoints to one model and its scheduler."""
 
     def __init__(self, model_dir: str, max_batch_size: int = 64,
-                 weight_update_policy: str = "wait") -> None:
+                 weight_update_policy: str = "wait", threads: int = 0) -> None:
         from transformers import AutoTokenizer
 
         self.model_dir = str(pathlib.Path(model_dir).resolve())
-        self.runner = ModelRunner(self.model_dir, max_batch_size)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
-        self.scheduler = Scheduler(self.runner, max_batch_size,
-                                   weight_update_policy=weight_update_policy)
+        self.scheduler = Scheduler(lambda: ModelRunner(self.model_dir, max_batch_size),
+                                   max_batch_size, weight_update_policy=weight_update_policy,
+                                   threads=threads)
+        self.runner = self.scheduler.start()
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024**2)
@@ -56,12 +57,8 @@ class EngineServer:
             web.route("*", "/flush_cache", self.flush_cache),
             web.post("/abort_request", self.abort_request),
         ])
-        app.on_startup.append(self._start)
         app.on_cleanup.append(self._stop)
         return app
-
-    async def _start(self, app: web.Application) -> None:
-        self.scheduler.start()
 
     async def _stop(self, app: web.Application) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self.scheduler.stop)
@@ -174,9 +171,9 @@ class EngineServer:
 
 
 async def serve(model_dir: str, host: str, port: int, max_batch_size: int = 64,
-                weight_update_policy: str = "wait") -> None:
+                weight_update_policy: str = "wait", threads: int = 0) -> None:
     """Load the model, then serve until cancelled. Prints one ``ready`` line when listening."""
-    server = EngineServer(model_dir, max_batch_size, weight_update_policy)
+    server = EngineServer(model_dir, max_batch_size, weight_update_policy, threads)
     # handler_cancellation: a client that hangs up (e.g. a transport timeout) frees its slot.
     runner = web.AppRunner(server.app(), access_log=None, handler_cancellation=True)
     await runner.setup()
