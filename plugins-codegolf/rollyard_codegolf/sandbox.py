@@ -302,10 +302,10 @@ class Sandbox:
         raised, so an infrastructure fault is never scored as the program's."""
         if len(code.encode("utf-8", errors="replace")) > MAX_PROGRAM_BYTES:
             return ExecResult(-1, "", f"program is over {MAX_PROGRAM_BYTES} bytes", 0.0, 0.0,
-                              limit="program_size", sandboxed=not self.unsafe)
+                              limit="program_size", sandboxed=not self.unsafe, started=False)
         if "\0" in code:  # not Python source, and it cannot be passed as an argument
             return ExecResult(1, "", "SyntaxError: source code cannot contain null bytes "
-                              "(not run)\n", 0.0, 0.0, sandboxed=not self.unsafe)
+                              "(not run)\n", 0.0, 0.0, sandboxed=not self.unsafe, started=False)
         if self.unsafe:
             with tempfile.TemporaryDirectory(prefix="rollyard-codegolf-") as cwd:
                 return self._spawn([*self._interpreter_argv(cwd), code], stdin, {"HOME": cwd})
