@@ -27,28 +27,28 @@ def test_user_turns_are_masked_and_the_user_agent_is_not_trained(tiny_model_dir,
     rollout = VerifiersRollout(RolloutContext(
         config={}, tokenizer=tokenizer, transport=transport, rewards=RewardSet({}, {}),
         options={"env": "rollyard_vf_arith",
-                 "env_config": '{"id": "user_sim", "user": {"max_turns": 3}}'},
+                 "env_config": '{"id": "user_sim", "user": {"max_turns": 2}}'},
         rng=random.Random(0), sampling=SamplingParams(max_new_tokens=16)))
     task = rollout.tasks("train")[0]
     samples = asyncio.run(rollout.run_group(task, 2))
-    # per episode the user speaks 3 times (its turn limit) and the assistant answers 3 times;
+    # per episode the user speaks twice (its turn limit) and the assistant answers twice;
     # both agents' traces reach the engine, only the assistant's become samples
-    assert len(transport.requests) == 2 * (3 + 3)
+    assert len(transport.requests) == 2 * (2 + 2)
     assert len({r.session_id for r in transport.requests}) == 4
     assert len(samples) == 2
     for sample in samples:
         sample.validate()
         assert sample.status == SampleStatus.COMPLETED
-        assert sample.metadata["num_turns"] == 3
+        assert sample.metadata["num_turns"] == 2
         mask = sample.loss_mask
-        # one token stream: the assistant's three replies are trained on, the user's two
-        # messages between them (and their chat-template tokens) are not
+        # one token stream: the assistant's two replies are trained on, the user's message
+        # between them (and its chat-template tokens) is not
         assert mask[:len(reply)] == [1] * len(reply)
         assert mask[-len(reply):] == [1] * len(reply)
-        assert sum(mask) == 3 * len(reply)
+        assert sum(mask) == 2 * len(reply)
         runs = [m for i, m in enumerate(mask) if i == 0 or m != mask[i - 1]]
-        assert runs == [1, 0, 1, 0, 1]
+        assert runs == [1, 0, 1]
         assert sample.response_ids[-len(reply):] == reply
         assert sample.logprobs == [-0.5 if m else 0.0 for m in mask]
         assert set(sample.rewards) == {"correct", "brief"}
-    assert rollout.metrics()["verifiers/num_turns_mean"] == 3.0
+    assert rollout.metrics()["verifiers/num_turns_mean"] == 2.0
