@@ -59,13 +59,13 @@ def test_text_and_batch_inputs(embedded_engine, http) -> None:
 def test_concurrent_requests_share_decode_steps(embedded_engine, http) -> None:
     _, before = http(embedded_engine.url, "/get_server_info")
     calls = [lambda i=i: _generate(http, embedded_engine.url, PROMPT[: 2 + i % 10],
-                                   max_new_tokens=16, ignore_eos=True, sampling_seed=i)
+                                   max_new_tokens=48, ignore_eos=True, sampling_seed=i)
              for i in range(32)]
     replies = _concurrently(calls)
     _, after = http(embedded_engine.url, "/get_server_info")
     tokens = after["generated_tokens"] - before["generated_tokens"]
     steps = after["decode_steps"] - before["decode_steps"]
-    assert tokens == 32 * 16 == sum(len(r["output_ids"]) for r in replies)
+    assert tokens == 32 * 48 == sum(len(r["output_ids"]) for r in replies)
     assert steps <= tokens / 4, f"{steps} decode steps for {tokens} tokens: not batched"
     assert after["max_running"] > 1
 
@@ -98,7 +98,7 @@ def test_weight_update_waits_for_running_requests(embedded_engine, http, tiny_mo
     _, info = http(url, "/get_model_info")
     old_version = info["weight_version"]
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        running = pool.submit(_generate, http, url, PROMPT, max_new_tokens=300,
+        running = pool.submit(_generate, http, url, PROMPT, max_new_tokens=450,
                               ignore_eos=True, temperature=0)
         _wait_until_running(http, url)
         status, update = http(url, "/update_weights_from_disk",

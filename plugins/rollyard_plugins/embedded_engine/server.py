@@ -15,6 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
+from rollyard_plugins.embedded_engine.command import DEFAULT_MAX_BATCH_SIZE, DEFAULT_THREADS
 from rollyard_plugins.embedded_engine.model_runner import ModelRunner
 from rollyard_plugins.embedded_engine.protocol import (
     BadRequest,
@@ -34,8 +35,8 @@ def _error(message: str, status: int = 400) -> web.Response:
 class EngineServer:
     """Routes SGLang's endpoints to one model and its scheduler."""
 
-    def __init__(self, model_dir: str, max_batch_size: int = 64,
-                 weight_update_policy: str = "wait", threads: int = 0) -> None:
+    def __init__(self, model_dir: str, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+                 weight_update_policy: str = "wait", threads: int = DEFAULT_THREADS) -> None:
         from transformers import AutoTokenizer
 
         self.model_dir = str(pathlib.Path(model_dir).resolve())
@@ -170,8 +171,9 @@ class EngineServer:
         return self.tokenizer.decode(ids, skip_special_tokens=seq.options.skip_special_tokens)
 
 
-async def serve(model_dir: str, host: str, port: int, max_batch_size: int = 64,
-                weight_update_policy: str = "wait", threads: int = 0) -> None:
+async def serve(model_dir: str, host: str, port: int,
+                max_batch_size: int = DEFAULT_MAX_BATCH_SIZE, weight_update_policy: str = "wait",
+                threads: int = DEFAULT_THREADS) -> None:
     """Load the model, then serve until cancelled. Prints one ``ready`` line when listening."""
     server = EngineServer(model_dir, max_batch_size, weight_update_policy, threads)
     # handler_cancellation: a client that hangs up (e.g. a transport timeout) frees its slot.
