@@ -64,7 +64,8 @@ class VerifiersRollout(Rollout):
     # ------------------------------------------------------------------ tasks
 
     def tasks(self, split: str) -> Sequence[Task]:
-        """The environment's own tasks; ``eval`` applies ``--verifiers-eval-config``."""
+        """The environment's own tasks (``data`` holds the verifiers task data plus ``split``
+        and ``verifiers_key``); ``eval`` applies ``--verifiers-eval-config``."""
         env = self._env(split)
         view = env.taskset if self.max_tasks is None else env.taskset.take(self.max_tasks)
         if getattr(env.taskset, "INFINITE", False) and self.max_tasks is None:
@@ -80,8 +81,9 @@ class VerifiersRollout(Rollout):
                                    f"{task_id!r}", plugin=self.name, task_id=task_id)
             seen.add(f"{split}/{task_id}")
             self._tasks[f"{split}/{task_id}"] = vf_task
+            own = data.model_dump(mode="json", exclude_defaults=True)  # answer, tests …
             tasks.append(Task(id=task_id, prompt=_prompt(data),
-                              data={"split": split, "verifiers_key": vf_task.key}))
+                              data={**own, "split": split, "verifiers_key": vf_task.key}))
         return tasks
 
     def _key(self, split: str) -> str:

@@ -31,6 +31,7 @@ def answer(model_dir: Path, reply: str, **options) -> tuple[list[Sample], Script
         options={"env": ENV_ID, "max_turns": 1, **options}, rng=random.Random(0),
         sampling=SamplingParams(max_new_tokens=64)))
     [task] = [t for t in rollout.tasks("train") if t.id == "add-two"]
+    assert task.data["codegolf"]["id"] == "add-two"  # the environment's task data
     return asyncio.run(rollout.run_group(task, 2)), transport
 
 
