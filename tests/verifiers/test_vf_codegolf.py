@@ -9,8 +9,17 @@ import random
 from pathlib import Path
 
 import pytest
-from rollyard import GenerateResult, RolloutContext, Sample, SampleStatus, SamplingParams
+from rollyard import (
+    GenerateResult,
+    RewardContext,
+    RolloutContext,
+    Sample,
+    SampleStatus,
+    SamplingParams,
+    Task,
+)
 from rollyard.rewards import RewardSet
+from rollyard_codegolf.rewards import CorrectReward
 from rollyard_codegolf.tasks import load_tasks
 from rollyard_verifiers.rollout import VerifiersRollout
 from vf_helpers import ScriptedTransport
@@ -19,7 +28,7 @@ ENV_ID = "rollyard_codegolf.verifiers_env"
 pytestmark = pytest.mark.slow
 
 
-def answer(model_dir: Path, reply: str, **options) -> tuple[list[Sample], ScriptedTransport]:
+def answer(model_dir: Path, reply: str, **options) -> tuple[list[Sample], Task]:
     """Two episodes of the ``add-two`` problem whose replies are ``reply``."""
     from transformers import AutoTokenizer
 
@@ -32,13 +41,14 @@ def answer(model_dir: Path, reply: str, **options) -> tuple[list[Sample], Script
         sampling=SamplingParams(max_new_tokens=64)))
     [task] = [t for t in rollout.tasks("train") if t.id == "add-two"]
     assert task.data["codegolf"]["id"] == "add-two"  # the environment's task data
-    return asyncio.run(rollout.run_group(task, 2)), transport
+    samples = asyncio.run(rollout.run_group(task, 2))
+    assert len(transport.requests) == 2
+    return samples, task
 
 
 def test_a_correct_program_is_scored_by_the_sandbox(tiny_model_dir) -> None:
     program = "print(sum(map(int,input().split())))"
-    samples, transport = answer(tiny_model_dir, f"```python\n{program}\n```")
-    assert len(transport.requests) == 2
+    samples, task = answer(tiny_model_dir, f"```python\n{program}\n```")
     for sample in samples:
         sample.validate()
         assert sample.status == SampleStatus.COMPLETED
@@ -48,6 +58,9 @@ def test_a_correct_program_is_scored_by_the_sandbox(tiny_model_dir) -> None:
         assert sample.rewards["concise"] == pytest.approx(min(1.0, reference / len(program)))
         assert sample.reward == pytest.approx(1.0 + 0.5 * sample.rewards["concise"])
         assert sample.weight_version == 4
+    # rollyard's own code-golf reward reads the same task data and reply
+    context = RewardContext(tokenizer=None, options={})
+    assert asyncio.run(CorrectReward(context).score_group(samples, task)) == [1.0, 1.0]
 
 
 def test_a_wrong_program_scores_zero(tiny_model_dir) -> None:
