@@ -28,7 +28,7 @@ ENV_ID = "rollyard_codegolf.verifiers_env"
 pytestmark = pytest.mark.slow
 
 
-def answer(model_dir: Path, reply: str, **options) -> tuple[list[Sample], Task]:
+def answer(model_dir: Path, reply: str) -> tuple[list[Sample], Task]:
     """Two episodes of the ``add-two`` problem whose replies are ``reply``."""
     from transformers import AutoTokenizer
 
@@ -37,7 +37,7 @@ def answer(model_dir: Path, reply: str, **options) -> tuple[list[Sample], Task]:
     transport = ScriptedTransport(GenerateResult(ids, [-0.5] * len(ids), "stop", 4))
     rollout = VerifiersRollout(RolloutContext(
         config={}, tokenizer=tokenizer, transport=transport, rewards=RewardSet({}, {}),
-        options={"env": ENV_ID, "max_turns": 1, **options}, rng=random.Random(0),
+        options={"env": ENV_ID, "max_turns": 1}, rng=random.Random(0),
         sampling=SamplingParams(max_new_tokens=64)))
     [task] = [t for t in rollout.tasks("train") if t.id == "add-two"]
     assert task.data["codegolf"]["id"] == "add-two"  # the environment's task data
