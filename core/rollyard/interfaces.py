@@ -68,6 +68,12 @@ class Rollout:
     def __init__(self, context: RolloutContext) -> None:
         self.context = context
 
+    @classmethod
+    def reward_weights(cls, options: dict[str, Any]) -> dict[str, float]:
+        """The rewards (and weights) the core applies when the user names none with
+        ``--reward``. Override to let the plugin's own options change them."""
+        return dict(cls.default_rewards)
+
     def tasks(self, split: str) -> Sequence[Task]:
         """The tasks of ``split`` (``train`` or ``eval``), in a deterministic order."""
         raise NotImplementedError

@@ -27,16 +27,15 @@ class CodegolfRollout(Rollout):
         self._splits = {split: [p.to_task() for p in split_tasks(problems, split)]
                         for split in ("train", "eval")}
         self.runner = shared_runner(self.settings)  # refuses here when it cannot sandbox
-        self._apply_weights()
         self._reasons: Counter[str] = Counter()
         self._lengths: list[int] = []
 
-    def _apply_weights(self) -> None:
-        """``--codegolf-weight-*`` options override the weights of rewards the run applies."""
-        rewards = self.context.rewards
-        for name, weight in self.settings.weights:
-            if rewards is not None and name in getattr(rewards, "weights", {}):
-                rewards.weights[name] = weight
+    @classmethod
+    def reward_weights(cls, options: dict) -> dict[str, float]:
+        """``--codegolf-weight-*`` options override the default weights."""
+        weights = dict(cls.default_rewards)
+        weights.update(CodegolfSettings.from_options(options or {}).weights)
+        return weights
 
     def tasks(self, split: str) -> Sequence[Task]:
         if split not in self._splits:

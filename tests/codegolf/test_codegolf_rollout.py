@@ -77,8 +77,8 @@ def test_add_options_reach_the_rollout_and_override_reward_weights(tokenizer):
     assert options["timeout"] == 1.5 and options["correct"] == "all"
     rollout = make_rollout(tokenizer, ScriptedTransport(tokenizer, []), options)
     assert rollout.settings.limits.wall_s == 1.5
-    assert rollout.context.rewards.weights == {"codegolf.correct": 1.0,
-                                               "codegolf.concise": 0.2, "codegolf.fast": 0.5}
+    assert CodegolfRollout.reward_weights(options) == {
+        "codegolf.correct": 1.0, "codegolf.concise": 0.2, "codegolf.fast": 0.5}
     assert len(rollout.tasks("train")) + len(rollout.tasks("eval")) >= 60
 
 

@@ -33,7 +33,7 @@ from rollyard import (
 from rollyard.testing import ScriptedTransport, check_plugin, check_rollout
 
 ROOT = Path(__file__).resolve().parents[2]
-TEMPLATE_SRC = ROOT / "templates" / "rollyard-plugin" / "src"
+TEMPLATE_SRC = ROOT / "core" / "rollyard" / "templates" / "rollyard-plugin" / "src"
 
 
 # --------------------------------------------------------------------------- plugins under test

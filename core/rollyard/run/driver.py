@@ -94,7 +94,8 @@ class PluginSelection:
         self.rollout = manager.get("rollout", args.rollout_plugin)
         self.transport = manager.get("transport", args.transport)
         self.engine = None if args.engine_url else manager.get("engine", args.engine)
-        self.reward_weights = dict(args.reward or self.rollout.default_rewards)
+        self.reward_weights = dict(args.reward or self.rollout.reward_weights(
+            self.options("rollout", args.rollout_plugin)))
         self.rewards = {name: manager.get("reward", name) for name in self.reward_weights}
 
     def options(self, kind: str, name: str) -> dict[str, Any]:
