@@ -9,14 +9,15 @@ from rollyard.models.tiny import build_tiny_model
 from rollyard_plugins.embedded_engine.model_runner import ModelRunner
 
 
-@pytest.mark.parametrize("arch, size", [("qwen3", "tiny"), ("llama", "tiny"), ("llama", "small")])
-def test_prefill_and_decode_match_a_full_forward(tmp_path, arch, size) -> None:
+@pytest.mark.parametrize("arch, size, slots", [
+    ("qwen3", "tiny", [3, 0, 1]), ("qwen3", "tiny", [1, 2, 3]), ("llama", "tiny", [2, 1, 0]),
+    ("llama", "small", [0, 1, 2])])
+def test_prefill_and_decode_match_a_full_forward(tmp_path, arch, size, slots) -> None:
     folder = build_tiny_model(tmp_path, arch=arch, size=size, seed=2)
     runner = ModelRunner(folder, max_batch_size=4)
     generator = torch.Generator().manual_seed(0)
     prompts = [torch.randint(0, 512, (n,), generator=generator).tolist() for n in (7, 2, 12)]
     futures = [torch.randint(0, 512, (5,), generator=generator).tolist() for _ in prompts]
-    slots = [3, 0, 1]
     reference = [runner.model(torch.tensor([p + f])).logits[0].detach()
                  for p, f in zip(prompts, futures)]
 

@@ -51,21 +51,26 @@ class SlotKVCache:
 class _BatchCacheView:
     """What transformers' attention layers call ``update`` on during one forward pass."""
 
-    def __init__(self, store: SlotKVCache, slots: torch.Tensor, positions: torch.Tensor,
+    def __init__(self, store: SlotKVCache, slots: list[int], positions: torch.Tensor,
                  kv_len: int) -> None:
         self.store = store
-        self.slots = slots
-        self.slot_rows = slots[:, None].expand_as(positions)
+        index = torch.tensor(slots)
+        self.slot_rows = index[:, None].expand_as(positions)
         self.positions = positions
         self.kv_len = kv_len
+        # Consecutive ascending slots (the usual case: the scheduler hands out the lowest free
+        # slots) are read as a view; any other set is gathered (a copy).
+        consecutive = slots == list(range(slots[0], slots[0] + len(slots)))
+        self.rows: slice | torch.Tensor = (slice(slots[0], slots[0] + len(slots))
+                                           if consecutive else index)
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int,
                *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
         keys, values = self.store.keys[layer_idx], self.store.values[layer_idx]
         keys[self.slot_rows, self.positions] = key_states.transpose(1, 2)
         values[self.slot_rows, self.positions] = value_states.transpose(1, 2)
-        return (keys[self.slots, : self.kv_len].transpose(1, 2),
-                values[self.slots, : self.kv_len].transpose(1, 2))
+        return (keys[self.rows, : self.kv_len].transpose(1, 2),
+                values[self.rows, : self.kv_len].transpose(1, 2))
 
 
 class ModelRunner:
@@ -104,7 +109,7 @@ class ModelRunner:
         # row's length) see only their own row too; their outputs are never read and their
         # cache entries are overwritten before any real query can see them.
         mask = (torch.arange(kv_len)[None, None, :] <= positions[:, :, None])[:, None]
-        view = _BatchCacheView(self.cache, torch.tensor(slots), positions, kv_len)
+        view = _BatchCacheView(self.cache, slots, positions, kv_len)
         backbone = self.model.model
         hidden = backbone.embed_tokens(ids)
         rotary = backbone.rotary_emb(hidden, positions)

@@ -9,6 +9,7 @@ versions.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import queue
 import random
@@ -84,7 +85,7 @@ class Scheduler:
         self._inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._waiting: list[Sequence] = []
         self._running: list[Sequence] = []
-        self._free_slots = list(range(max_batch_size - 1, -1, -1))
+        self._free_slots = list(range(max_batch_size))  # a heap: the lowest free slot first
         self._updates: list[_WeightUpdate] = []
         self._thread = threading.Thread(target=self._main, name="engine-scheduler", daemon=True)
         self._stopped = False
@@ -223,7 +224,7 @@ class Scheduler:
         if not batch:
             return
         for seq in batch:
-            seq.slot = self._free_slots.pop()
+            seq.slot = heapq.heappop(self._free_slots)
             seq.weight_version = self.weight_version
         logits = self.runner.forward([s.prompt for s in batch], [0] * len(batch),
                                      [s.slot for s in batch])
@@ -257,7 +258,7 @@ class Scheduler:
         seq.finish_reason = reason
         if seq in self._running:
             self._running.remove(seq)
-            self._free_slots.append(seq.slot)
+            heapq.heappush(self._free_slots, seq.slot)
         try:
             seq.on_done(seq)
         except Exception:
