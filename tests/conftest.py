@@ -95,3 +95,27 @@ def rollyard_cli() -> RunRollyard:
                               cwd=cwd, timeout=timeout)
 
     return run
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The default tiny Qwen3 model (seed 0) with its ChatML tokenizer, built once."""
+    from rollyard.models.tiny import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-qwen3"), arch="qwen3", seed=0)
+
+
+@pytest.fixture(scope="session")
+def embedded_engine(tiny_model_dir: Path,
+                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """The embedded engine serving ``tiny_model_dir`` on a free port, for the whole session.
+    Tests that load other weights into it must load the original ones back."""
+    from rollyard_plugins.embedded_engine.launcher import EmbeddedEngine
+
+    engine = EmbeddedEngine({"max_batch_size": 64, "threads": 1,
+                             "log_dir": str(tmp_path_factory.mktemp("engine-logs"))})
+    handle = engine.launch(str(tiny_model_dir), 0)
+    try:
+        yield handle
+    finally:
+        handle.stop()

@@ -4,8 +4,6 @@ engine."""
 
 from __future__ import annotations
 
-import pathlib
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -38,25 +36,3 @@ def tokenizer() -> Any:
     from rollyard.models.tokenizer import train_tokenizer
 
     return train_tokenizer()
-
-
-@pytest.fixture(scope="session")
-def codegolf_model_dir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    from rollyard.models.tiny import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("codegolf-model"), arch="qwen3", seed=0)
-
-
-@pytest.fixture(scope="session")
-def codegolf_engine(codegolf_model_dir: pathlib.Path,
-                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """The embedded engine serving the tiny model, for this folder's rollout tests."""
-    from rollyard_plugins.embedded_engine.launcher import EmbeddedEngine
-
-    engine = EmbeddedEngine({"max_batch_size": 16, "threads": 1,
-                             "log_dir": str(tmp_path_factory.mktemp("codegolf-engine-logs"))})
-    handle = engine.launch(str(codegolf_model_dir), 0)
-    try:
-        yield handle
-    finally:
-        handle.stop()

@@ -119,12 +119,12 @@ def test_run_group_scores_programs_in_the_sandbox(tokenizer):
 
 
 @pytest.mark.slow
-def test_run_group_through_the_embedded_engine(codegolf_model_dir, codegolf_engine):
+def test_run_group_through_the_embedded_engine(tiny_model_dir, embedded_engine):
     from rollyard_plugins.sglang_transport import SGLangTransport
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(codegolf_model_dir))
-    transport = SGLangTransport([codegolf_engine.url])
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    transport = SGLangTransport([embedded_engine.url])
     rollout = make_rollout(tokenizer, transport, max_new_tokens=24)
     task = rollout.tasks("train")[0]
 

@@ -12,19 +12,11 @@ import os
 import pathlib
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-
-
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    """A tiny Qwen3 model (seed 0) with its tokenizer, built once per session."""
-    from rollyard.models.tiny import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("tiny-qwen3"), arch="qwen3", seed=0)
 
 
 @pytest.fixture(scope="session")
@@ -33,21 +25,6 @@ def other_model_dir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     from rollyard.models.tiny import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny-qwen3-seed1"), arch="qwen3", seed=1)
-
-
-@pytest.fixture(scope="session")
-def embedded_engine(tiny_model_dir: pathlib.Path,
-                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """The embedded engine serving ``tiny_model_dir`` on a free port, for the whole session."""
-    from rollyard_plugins.embedded_engine.launcher import EmbeddedEngine
-
-    engine = EmbeddedEngine({"max_batch_size": 64, "threads": 1,
-                             "log_dir": str(tmp_path_factory.mktemp("engine-logs"))})
-    handle = engine.launch(str(tiny_model_dir), 0)
-    try:
-        yield handle
-    finally:
-        handle.stop()
 
 
 HttpJson = Callable[..., tuple[int, Any]]
