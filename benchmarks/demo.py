@@ -15,7 +15,7 @@ from pathlib import Path
 
 
 def main() -> int:
-    steps = sys.argv[1] if len(sys.argv) > 1 else "60"
+    steps = sys.argv[1] if len(sys.argv) > 1 else "150"
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
         proc = subprocess.run(

@@ -33,7 +33,7 @@ def add_core_train_options(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--config", metavar="TOML", help="read options from a run.toml; flags win")
     run.add_argument("--name", help="run name (default: <rollout>-<timestamp>)")
     run.add_argument("--runs-dir", default="runs", help="folder holding run folders")
-    run.add_argument("--steps", type=_positive(int), default=60, help="training steps")
+    run.add_argument("--steps", type=_positive(int), default=150, help="training steps")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--failure-threshold", type=float, default=0.5,
                      help="stop when more than this share of a step's samples failed")
