@@ -18,7 +18,7 @@ $(STAMP): $(PACKAGE_FILES) scripts/install.sh
 demo: install
 	$(VENV)/bin/rollyard train
 
-test: install
+test: install lint
 	$(PY) -m pytest -q tests
 
 test-fast: install
@@ -32,6 +32,7 @@ bench: install
 
 lint: install
 	$(VENV)/bin/ruff check core plugins plugins-codegolf plugins-verifiers tests benchmarks
+	$(VENV)/bin/ruff check --config pyproject.toml core/rollyard/templates
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
