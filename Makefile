@@ -32,7 +32,6 @@ bench: install
 
 lint: install
 	$(VENV)/bin/ruff check core plugins plugins-codegolf plugins-verifiers tests benchmarks
-	$(VENV)/bin/ruff check --config pyproject.toml core/rollyard/templates
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
