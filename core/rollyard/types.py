@@ -39,6 +39,7 @@ class SamplingParams:
     top_k: int = -1
     stop_token_ids: list[int] = field(default_factory=list)
     seed: int | None = None
+    min_new_tokens: int = 0
 
 
 @dataclass

@@ -3,7 +3,8 @@
 verifiers renders chat messages to token ids client-side (through ``renderers``) and posts
 them in vLLM's shape; rollyard engines speak SGLang. A request becomes a
 :class:`rollyard.GenerateRequest` (the ``sglang`` transport then writes the SGLang body:
-``max_new_tokens``, ``sampling_seed``, ``no_stop_trim``, ``return_logprob``), and a
+``max_new_tokens``, ``min_new_tokens``, ``sampling_seed``, ``no_stop_trim``,
+``return_logprob``), and a
 :class:`rollyard.GenerateResult` becomes the ``choices[0]`` that ``renderers`` parses. Both
 directions are strict: anything that cannot be carried faithfully is an error naming the
 field, never a silent change of meaning.
@@ -32,7 +33,6 @@ IGNORED_SAMPLING_KEYS = frozenset({
 #: Sampling keys accepted only at their neutral value, because rollyard cannot honour others.
 NEUTRAL_SAMPLING_VALUES: dict[str, tuple[Any, ...]] = {
     "n": (None, 1),
-    "min_tokens": (None, 0),
     "stop": (None, [], ""),
     "repetition_penalty": (None, 1, 1.0),
     "presence_penalty": (None, 0, 0.0),
@@ -40,7 +40,7 @@ NEUTRAL_SAMPLING_VALUES: dict[str, tuple[Any, ...]] = {
     "min_p": (None, 0, 0.0),
 }
 MAPPED_SAMPLING_KEYS = frozenset({
-    "max_tokens", "temperature", "top_p", "top_k", "stop_token_ids", "seed",
+    "max_tokens", "min_tokens", "temperature", "top_p", "top_k", "stop_token_ids", "seed",
 })
 
 
@@ -95,6 +95,12 @@ def _sampling(raw: Mapping[str, Any], prompt_len: int,
                           "only the sampled token's logprob (logprobs=1)")
     max_new_tokens = _max_new_tokens(raw.get("max_tokens"), prompt_len, max_model_len)
     top_k = _number(raw, "top_k", -1, int)
+    min_new_tokens = _number(raw, "min_tokens", 0, int)
+    if min_new_tokens < 0:
+        raise BridgeError(f"sampling_params.min_tokens={min_new_tokens!r} must be >= 0")
+    if isinstance(raw.get("max_tokens"), int) and min_new_tokens > raw["max_tokens"]:
+        raise BridgeError(f"sampling_params.min_tokens={min_new_tokens!r} must be <= "
+                          f"max_tokens ({raw['max_tokens']})")
     return SamplingParams(
         max_new_tokens=max_new_tokens,
         temperature=_number(raw, "temperature", 1.0, float),
@@ -103,6 +109,7 @@ def _sampling(raw: Mapping[str, Any], prompt_len: int,
         stop_token_ids=_token_ids(raw.get("stop_token_ids") or [],
                                   "sampling_params.stop_token_ids"),
         seed=None if raw.get("seed") is None else _number(raw, "seed", 0, int),
+        min_new_tokens=min(min_new_tokens, max_new_tokens),
     )
 
 

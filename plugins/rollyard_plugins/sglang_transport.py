@@ -108,6 +108,8 @@ def generate_payload(request: GenerateRequest) -> dict[str, Any]:
         params["stop_token_ids"] = list(sampling.stop_token_ids)
     if sampling.seed is not None:
         params["sampling_seed"] = sampling.seed
+    if sampling.min_new_tokens:
+        params["min_new_tokens"] = sampling.min_new_tokens
     return {"input_ids": list(request.input_ids), "sampling_params": params,
             "return_logprob": True}
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import math
 import pathlib
 import sys
 import time
@@ -83,6 +84,45 @@ def test_logprobs_stay_exact_inside_a_mixed_batch(embedded_engine, http, tiny_mo
         expected = teacher_forced(tiny_model_dir, prompt, reply["output_ids"],
                                   setting["temperature"])
         assert got == pytest.approx(expected, abs=1e-4)
+
+
+def test_min_new_tokens_suppresses_stop_tokens_and_renormalises(embedded_engine, http,
+                                                                 tiny_model_dir,
+                                                                 teacher_forced) -> None:
+    url = embedded_engine.url
+    first = _generate(http, url, PROMPT, max_new_tokens=1, temperature=0)["output_ids"][0]
+    # ignore_eos: only the stop token is masked, so the renormalisation below is exact
+    early = _generate(http, url, PROMPT, max_new_tokens=6, temperature=0, stop_token_ids=[first],
+                      ignore_eos=True)
+    assert early["output_ids"] == [first]
+    assert early["meta_info"]["finish_reason"] == {"type": "stop", "matched": first}
+    held = _generate(http, url, PROMPT, max_new_tokens=6, temperature=0, ignore_eos=True,
+                     stop_token_ids=[first], min_new_tokens=3)
+    output = held["output_ids"]
+    assert len(output) >= 3 and first not in output[:3]
+    # SGLang's logprob under min_new_tokens: the stop token's mass is removed before the
+    # log_softmax, so the second-best token's logprob is renormalised over what may be drawn.
+    [p_stop] = teacher_forced(tiny_model_dir, PROMPT, [first], 1.0)
+    [p_next] = teacher_forced(tiny_model_dir, PROMPT, output[:1], 1.0)
+    got = held["meta_info"]["output_token_logprobs"][0][0]
+    assert got == pytest.approx(p_next - math.log1p(-math.exp(p_stop)), abs=1e-4)
+
+
+def test_min_new_tokens_masks_only_the_stops_of_rows_still_short() -> None:
+    import torch
+    from rollyard_plugins.embedded_engine.sampling import SamplingOptions
+    from rollyard_plugins.embedded_engine.scheduler import Scheduler, Sequence
+
+    def seq(output: list[int], **options) -> Sequence:
+        return Sequence("r", [1], SamplingOptions(**options), lambda s: None, output=output)
+
+    batch = [seq([], min_new_tokens=2, stop_token_ids=frozenset({3})),
+             seq([5, 6], min_new_tokens=2, stop_token_ids=frozenset({3})),
+             seq([5], min_new_tokens=2, ignore_eos=True, stop_token_ids=frozenset({4})),
+             seq([])]
+    logits = Scheduler._suppress_early_stops(batch, torch.zeros(4, 6), frozenset({2}))
+    masked = [sorted(torch.nonzero(row.isinf()).flatten().tolist()) for row in logits]
+    assert masked == [[2, 3], [], [4], []]
 
 
 def test_top_k_one_is_greedy(embedded_engine, http) -> None:

@@ -223,6 +223,25 @@ def test_abort_request_on_the_engine_raises_engine_aborted(embedded_engine) -> N
         asyncio.run(go())
 
 
+def test_min_new_tokens_reaches_the_engine(embedded_engine) -> None:
+    def greedy(**sampling) -> GenerateResult:
+        request = GenerateRequest(PROMPT, SamplingParams(temperature=0.0, **sampling))
+
+        async def go() -> GenerateResult:
+            transport = SGLangTransport([embedded_engine.url])
+            try:
+                return await transport.generate(request)
+            finally:
+                await transport.close()
+
+        return asyncio.run(go())
+
+    first = greedy(max_new_tokens=1).output_ids[0]
+    assert greedy(max_new_tokens=5, stop_token_ids=[first]).output_ids == [first]
+    held = greedy(max_new_tokens=5, stop_token_ids=[first], min_new_tokens=4)
+    assert len(held.output_ids) >= 4 and first not in held.output_ids[:4]
+
+
 def test_one_transport_serves_successive_event_loops(embedded_engine) -> None:
     transport = SGLangTransport([embedded_engine.url])
     request = GenerateRequest(PROMPT, SamplingParams(max_new_tokens=2, seed=1))

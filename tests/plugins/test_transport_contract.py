@@ -111,9 +111,11 @@ def test_update_weights_serves_the_new_version(contract_engine, other_model_dir,
         transport = SGLangTransport([contract_engine.url])
         try:
             await transport.update_weights(str(other_model_dir), 7)
-            versions = await transport.weight_versions()
-            result = await transport.generate(GenerateRequest(PROMPT, sampling))
-            await transport.update_weights(str(contract_engine.model_dir), 8)
+            try:
+                versions = await transport.weight_versions()
+                result = await transport.generate(GenerateRequest(PROMPT, sampling))
+            finally:  # the engine may be the session's shared one: base weights, version 0
+                await transport.update_weights(str(contract_engine.model_dir), 0)
             return versions, result
         finally:
             await transport.close()

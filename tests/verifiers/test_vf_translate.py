@@ -38,6 +38,15 @@ def test_defaults_and_clamp_to_the_context_left() -> None:
     assert translate_request(body, max_model_len=200).sampling.max_new_tokens == 100
 
 
+def test_min_tokens_becomes_min_new_tokens() -> None:
+    body = {"token_ids": [5] * 10, "sampling_params": {"max_tokens": 100, "min_tokens": 7}}
+    assert translate_request(body).sampling.min_new_tokens == 7
+    # clamped with max_tokens when the context leaves less room than min_tokens
+    assert translate_request(body, max_model_len=14).sampling.min_new_tokens == 4
+    assert translate_request({"token_ids": [5], "sampling_params": {"max_tokens": 3}}
+                             ).sampling.min_new_tokens == 0
+
+
 @pytest.mark.parametrize(("body", "message"), [
     ({**RENDERER_BODY, "features": {"mm_hashes": []}}, "'features': multimodal"),
     ({**RENDERER_BODY, "content_parts": []}, "'content_parts': multimodal"),
@@ -46,7 +55,10 @@ def test_defaults_and_clamp_to_the_context_left() -> None:
     ({"token_ids": [1, -2], "sampling_params": {"max_tokens": 1}}, r"token_ids\[1\]=-2"),
     ({"token_ids": "1 2", "sampling_params": {}}, "token_ids must be a list"),
     ({"token_ids": [1], "sampling_params": {"max_tokens": 1, "n": 2}}, "n=2 is not supported"),
-    ({"token_ids": [1], "sampling_params": {"max_tokens": 1, "min_tokens": 4}}, "min_tokens=4"),
+    ({"token_ids": [1], "sampling_params": {"max_tokens": 1, "min_tokens": 4}},
+     r"min_tokens=4 must be <= max_tokens \(1\)"),
+    ({"token_ids": [1], "sampling_params": {"max_tokens": 5, "min_tokens": -1}},
+     "min_tokens=-1 must be"),
     ({"token_ids": [1], "sampling_params": {"max_tokens": 1, "logprobs": 5}}, "logprobs=5"),
     ({"token_ids": [1], "sampling_params": {"max_tokens": 1, "best_of": 3}},
      "sampling_params.best_of is not supported"),

@@ -31,12 +31,13 @@ NEUTRAL_REQUEST_VALUES: dict[str, tuple[Any, ...]] = {
     "priority": (None,)}
 #: Sampling fields whose value is honoured.
 SAMPLING_FIELDS = frozenset({
-    "max_new_tokens", "temperature", "top_p", "top_k", "stop_token_ids", "ignore_eos",
+    "max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "stop_token_ids",
+    "ignore_eos",
     "sampling_seed", "no_stop_trim", "skip_special_tokens", "spaces_between_special_tokens", "n"})
 #: SGLang sampling fields accepted only at their neutral value (they change nothing then).
 NEUTRAL_SAMPLING_VALUES: dict[str, tuple[Any, ...]] = {
     "min_p": (0, 0.0), "frequency_penalty": (0, 0.0), "presence_penalty": (0, 0.0),
-    "repetition_penalty": (1, 1.0), "min_new_tokens": (0,), "stop": (None, [], ""),
+    "repetition_penalty": (1, 1.0), "stop": (None, [], ""),
     "stop_regex": (None, [], ""), "json_schema": (None, ""), "regex": (None, ""),
     "ebnf": (None, ""), "logit_bias": (None, {}), "custom_params": (None, {}),
     "stream_interval": (None,)}
@@ -92,6 +93,11 @@ def parse_sampling(params: Any) -> SamplingOptions:
     if not _is_int(max_new) or max_new <= 0:
         raise BadRequest(f"sampling_params.max_new_tokens must be a positive integer, "
                          f"got {max_new!r}")
+    min_new = params.get("min_new_tokens", 0)
+    min_new = 0 if min_new is None else min_new
+    if not _is_int(min_new) or not 0 <= min_new <= max_new:
+        raise BadRequest(f"sampling_params.min_new_tokens must be an integer in "
+                         f"[0, max_new_tokens ({max_new})], got {min_new!r}")
     temperature = _number(params, "temperature", 1.0)
     if temperature < 0:
         raise BadRequest(f"sampling_params.temperature must be >= 0, got {temperature}")
@@ -113,8 +119,9 @@ def parse_sampling(params: Any) -> SamplingOptions:
     if params.get("n", 1) not in (1, None):
         raise BadRequest("sampling_params.n must be 1; send one request per sample")
     return SamplingOptions(
-        max_new_tokens=max_new, temperature=temperature, top_p=top_p, top_k=top_k,
-        stop_token_ids=frozenset(stop_ids), ignore_eos=_flag(params, "ignore_eos", False),
+        max_new_tokens=max_new, min_new_tokens=min_new, temperature=temperature, top_p=top_p,
+        top_k=top_k, stop_token_ids=frozenset(stop_ids),
+        ignore_eos=_flag(params, "ignore_eos", False),
         seed=seed, no_stop_trim=_flag(params, "no_stop_trim", False),
         skip_special_tokens=_flag(params, "skip_special_tokens", True))
 

@@ -23,6 +23,8 @@ class SamplingOptions:
     """The per-request sampling settings the engine honours."""
 
     max_new_tokens: int = 128
+    #: Stop tokens (and end-of-sequence unless ignored) cannot be drawn before this many.
+    min_new_tokens: int = 0
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = -1

@@ -241,9 +241,10 @@ class Scheduler:
         self._append(batch, logits)
 
     def _append(self, batch: list[Sequence], logits: Any) -> None:
+        eos = self.runner.eos_token_ids
+        logits = self._suppress_early_stops(batch, logits, eos)
         tokens, logprobs = sample_next(logits, [s.options for s in batch],
                                        [s.rng for s in batch])
-        eos = self.runner.eos_token_ids
         self.stats["generated_tokens"] += len(tokens)
         for seq, token, logprob in zip(batch, tokens, logprobs):
             seq.output.append(token)
@@ -253,6 +254,25 @@ class Scheduler:
                 self._finish(seq, {"type": "stop", "matched": token})
             elif len(seq.output) >= seq.options.max_new_tokens:
                 self._finish(seq, {"type": "length", "length": seq.options.max_new_tokens})
+
+    @staticmethod
+    def _suppress_early_stops(batch: list[Sequence], logits: torch.Tensor,
+                              eos: frozenset[int]) -> torch.Tensor:
+        """``min_new_tokens`` as SGLang applies it: until a sequence has that many tokens, its
+        stop tokens (and end-of-sequence unless ignored) get logit -inf, so they are neither
+        drawn nor counted in the distribution the logprob is taken from."""
+        rows: list[int] = []
+        cols: list[int] = []
+        for b, seq in enumerate(batch):
+            if len(seq.output) < seq.options.min_new_tokens:
+                stops = seq.options.stop_token_ids | (frozenset() if seq.options.ignore_eos
+                                                      else eos)
+                rows.extend([b] * len(stops))
+                cols.extend(stops)
+        if not rows:
+            return logits
+        return logits.index_put((torch.tensor(rows), torch.tensor(cols)),
+                                torch.tensor(float("-inf"), dtype=logits.dtype))
 
     def _finish(self, seq: Sequence, reason: dict[str, Any]) -> None:
         seq.finish_reason = reason
