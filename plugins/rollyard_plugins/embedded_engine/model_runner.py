@@ -55,8 +55,9 @@ class _BatchCacheView:
                  kv_len: int) -> None:
         self.store = store
         index = torch.tensor(slots)
-        self.slot_rows = index[:, None].expand_as(positions)
-        self.positions = positions
+        # Where each new token's key/value goes in a layer's [slot * capacity + position]
+        # rows: computed once, written with one index_copy_ per tensor and layer.
+        self.flat = (index[:, None] * store.capacity + positions).flatten()
         self.kv_len = kv_len
         # Consecutive ascending slots (the usual case: the scheduler hands out the lowest free
         # slots) are read as a view; any other set is gathered (a copy).
@@ -67,8 +68,9 @@ class _BatchCacheView:
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int,
                *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
         keys, values = self.store.keys[layer_idx], self.store.values[layer_idx]
-        keys[self.slot_rows, self.positions] = key_states.transpose(1, 2)
-        values[self.slot_rows, self.positions] = value_states.transpose(1, 2)
+        for store, new in ((keys, key_states), (values, value_states)):
+            store.view(-1, *store.shape[2:]).index_copy_(
+                0, self.flat, new.transpose(1, 2).reshape(-1, *store.shape[2:]))
         return (keys[self.rows, : self.kv_len].transpose(1, 2),
                 values[self.rows, : self.kv_len].transpose(1, 2))
 

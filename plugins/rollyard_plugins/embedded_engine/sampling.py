@@ -53,7 +53,34 @@ def _truncation_mask(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tens
     return torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
 
 
-def sample_next(logits: torch.Tensor, options: list[SamplingOptions],
+@dataclass(frozen=True)
+class BatchOptions:
+    """The sampling settings of one batch as tensors, built once per batch composition (the
+    running batch keeps its rows for many decode steps) instead of on every step."""
+
+    temperatures: torch.Tensor
+    greedy: torch.Tensor
+    all_greedy: bool
+    #: None when no row truncates (top-k all, top-p 1): the sort is skipped then.
+    top_k: torch.Tensor | None
+    top_p: torch.Tensor | None
+    #: Whether some row still has ``min_new_tokens`` to honour.
+    holds_stops: bool
+
+    @classmethod
+    def of(cls, options: list[SamplingOptions], vocab: int) -> BatchOptions:
+        greedy = [o.greedy for o in options]
+        truncates = any(0 < o.top_k < vocab or o.top_p < 1.0 for o in options)
+        return cls(
+            temperatures=torch.tensor([[o.effective_temperature] for o in options]),
+            greedy=torch.tensor(greedy), all_greedy=all(greedy),
+            top_k=torch.tensor([o.top_k if o.top_k > 0 else vocab for o in options])
+            if truncates else None,
+            top_p=torch.tensor([o.top_p for o in options]) if truncates else None,
+            holds_stops=any(o.min_new_tokens > 0 for o in options))
+
+
+def sample_next(logits: torch.Tensor, batch: BatchOptions,
                 rngs: list[random.Random]) -> tuple[list[int], list[float]]:
     """Draw one token per row of ``logits`` [B, V]; return the tokens and their logprobs.
 
@@ -61,20 +88,17 @@ def sample_next(logits: torch.Tensor, options: list[SamplingOptions],
     whatever else is in the batch.
     """
     vocab = logits.shape[-1]
-    temperatures = torch.tensor([o.effective_temperature for o in options], dtype=logits.dtype)
-    logprobs = torch.log_softmax(logits / temperatures[:, None], dim=-1)
-    greedy = torch.tensor([o.greedy for o in options])
+    logprobs = torch.log_softmax(logits / batch.temperatures.to(logits.dtype), dim=-1)
     tokens = logits.argmax(dim=-1)
-    if not bool(greedy.all()):
+    if not batch.all_greedy:
         probs = logprobs.exp()
-        top_k = torch.tensor([o.top_k if o.top_k > 0 else vocab for o in options])
-        top_p = torch.tensor([o.top_p for o in options], dtype=logits.dtype)
-        if bool((top_k < vocab).any() or (top_p < 1.0).any()):
-            probs = probs * _truncation_mask(probs, top_k, top_p)
+        if batch.top_k is not None and batch.top_p is not None:
+            probs = probs * _truncation_mask(probs, batch.top_k,
+                                             batch.top_p.to(logits.dtype))
         cdf = probs.cumsum(dim=-1)
         # 1 - random() lies in (0, 1], so a zero-probability token is never drawn.
         draws = torch.tensor([1.0 - rng.random() for rng in rngs], dtype=cdf.dtype)
         drawn = torch.searchsorted(cdf, (draws * cdf[:, -1])[:, None]).squeeze(-1)
-        tokens = torch.where(greedy, tokens, drawn.clamp(max=vocab - 1))
+        tokens = torch.where(batch.greedy, tokens, drawn.clamp(max=vocab - 1))
     chosen = logprobs.gather(-1, tokens[:, None]).squeeze(-1)
     return tokens.tolist(), chosen.tolist()

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from rollyard_plugins.embedded_engine.model_runner import ModelRunner
-from rollyard_plugins.embedded_engine.sampling import SamplingOptions, sample_next
+from rollyard_plugins.embedded_engine.sampling import BatchOptions, SamplingOptions, sample_next
 
 log = logging.getLogger("rollyard.embedded_engine")
 
@@ -32,9 +32,10 @@ WEIGHT_UPDATE_POLICIES = ("wait", "abort")
 PREFILL_TOKEN_BUDGET = 8192
 
 
-@dataclass
+@dataclass(eq=False)
 class Sequence:
-    """One generation request as the scheduler tracks it."""
+    """One generation request as the scheduler tracks it (compared by identity: finishing
+    one is a list lookup, not a field-by-field comparison of every running sequence)."""
 
     rid: str
     prompt: list[int]
@@ -87,6 +88,9 @@ class Scheduler:
         self._running: list[Sequence] = []
         self._free_slots = list(range(max_batch_size))  # a heap: the lowest free slot first
         self._updates: list[_WeightUpdate] = []
+        #: Bumped whenever the running batch changes; keys the cached sampling tensors.
+        self._batch_generation = 0
+        self._decode_options: tuple[int, BatchOptions] | None = None
         self._thread = threading.Thread(target=self._main, name="engine-scheduler", daemon=True)
         self._stopped = False
         #: Counters since start, shown by /get_server_info (how well requests were batched).
@@ -229,22 +233,28 @@ class Scheduler:
         logits = self.runner.forward([s.prompt for s in batch], [0] * len(batch),
                                      [s.slot for s in batch])
         self._running.extend(batch)
+        self._batch_generation += 1
         self.stats["prefill_passes"] += 1
         self.stats["max_running"] = max(self.stats["max_running"], len(self._running))
-        self._append(batch, logits)
+        self._append(batch, logits, self._batch_options(batch))
 
     def _decode(self) -> None:
         batch = list(self._running)
         logits = self.runner.forward([[s.output[-1]] for s in batch],
                                      [s.length - 1 for s in batch], [s.slot for s in batch])
         self.stats["decode_steps"] += 1
-        self._append(batch, logits)
+        if self._decode_options is None or self._decode_options[0] != self._batch_generation:
+            self._decode_options = (self._batch_generation, self._batch_options(batch))
+        self._append(batch, logits, self._decode_options[1])
 
-    def _append(self, batch: list[Sequence], logits: Any) -> None:
+    def _batch_options(self, batch: list[Sequence]) -> BatchOptions:
+        return BatchOptions.of([s.options for s in batch], self.runner.vocab_size)
+
+    def _append(self, batch: list[Sequence], logits: Any, options: BatchOptions) -> None:
         eos = self.runner.eos_token_ids
-        logits = self._suppress_early_stops(batch, logits, eos)
-        tokens, logprobs = sample_next(logits, [s.options for s in batch],
-                                       [s.rng for s in batch])
+        if options.holds_stops:
+            logits = self._suppress_early_stops(batch, logits, eos)
+        tokens, logprobs = sample_next(logits, options, [s.rng for s in batch])
         self.stats["generated_tokens"] += len(tokens)
         for seq, token, logprob in zip(batch, tokens, logprobs):
             seq.output.append(token)
@@ -278,6 +288,7 @@ class Scheduler:
         seq.finish_reason = reason
         if seq in self._running:
             self._running.remove(seq)
+            self._batch_generation += 1
             heapq.heappush(self._free_slots, seq.slot)
         try:
             seq.on_done(seq)
