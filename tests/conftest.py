@@ -29,16 +29,11 @@ def ray_session() -> Iterator[object]:
 
 
 @pytest.fixture
-def plugin_manager() -> Iterator[PluginManager]:
-    """A manager that sees no entry points until asked (``load_all``/``load_for_run``) and
-    ignores the caller's ROLLYARD_* variables. Tests register plugin objects in-process with
-    ``plugin_manager.register(obj, name=...)``; every one is unregistered afterwards."""
-    manager = PluginManager(environ={})
-    try:
-        yield manager
-    finally:
-        for name in list(manager.records):
-            manager.unregister(name)
+def plugin_manager(rollyard_manager: PluginManager) -> PluginManager:
+    """The shipped pytest plugin's ``rollyard_manager`` (dogfooded): a manager that sees no
+    entry points until asked and ignores the caller's ROLLYARD_* variables; everything
+    registered in-process is unregistered afterwards."""
+    return rollyard_manager
 
 
 #: make_distribution(name, modules={"pkg_mod.py": source}, entry_points={"ep": "pkg_mod"})
