@@ -25,13 +25,9 @@ CORE_COMMANDS = {"init-model": "rollyard.models.command:InitModelCommand",
                  "check-plugin": "rollyard.testing.command:CheckPluginCommand"}
 
 
-def _core_command(path: str) -> Command | None:
+def _core_command(path: str) -> Command:
     module_name, _, class_name = path.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError:
-        return None
-    return getattr(module, class_name)()
+    return getattr(importlib.import_module(module_name), class_name)()
 
 
 def _command_parsers(subparsers: argparse._SubParsersAction, manager: PluginManager) -> None:
@@ -39,8 +35,6 @@ def _command_parsers(subparsers: argparse._SubParsersAction, manager: PluginMana
     for name in manager.names("command"):
         commands.setdefault(name, manager.get("command", name)())
     for name, command in sorted(commands.items()):
-        if command is None:
-            continue
         sub = subparsers.add_parser(name, help=command.help, description=command.help)
         command.add_arguments(sub)
         sub.set_defaults(handler=command.run)

@@ -47,10 +47,12 @@ async def sample_single_turn(context: RolloutContext, task: Task, n: int) -> lis
                                   session_id=f"{group_id}/{index}")
         try:
             result = await context.transport.generate(request)
-        except EngineAborted as exc:
-            return _empty(prompt_ids, task, group_id, SampleStatus.ABORTED, str(exc))
-        except TransportError as exc:
-            return _empty(prompt_ids, task, group_id, SampleStatus.FAILED, str(exc))
+        except TransportError as exc:  # EngineAborted included
+            status = (SampleStatus.ABORTED if isinstance(exc, EngineAborted)
+                      else SampleStatus.FAILED)
+            lost = Sample.lost(task.id, group_id, status, str(exc), prompt_ids)
+            lost.metadata["completion"] = ""
+            return lost
         status = (SampleStatus.TRUNCATED if result.finish_reason == "length"
                   else SampleStatus.COMPLETED)
         return Sample(
@@ -63,9 +65,3 @@ async def sample_single_turn(context: RolloutContext, task: Task, n: int) -> lis
 
     return list(await asyncio.gather(*(one(i) for i in range(n))))
 
-
-def _empty(prompt_ids: list[int], task: Task, group_id: str, status: SampleStatus,
-           reason: str) -> Sample:
-    return Sample(tokens=list(prompt_ids), prompt_len=len(prompt_ids), loss_mask=[],
-                  logprobs=[], status=status, task_id=task.id, group_id=group_id,
-                  metadata={"failure": reason, "completion": ""})

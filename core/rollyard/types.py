@@ -75,6 +75,16 @@ class Sample:
     weight_version: int = 0
     metadata: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def lost(cls, task_id: str, group_id: str, status: SampleStatus, reason: str,
+             prompt_ids: list[int] | None = None) -> Sample:
+        """A sample standing for an episode that produced nothing usable; ``reason`` is kept
+        in ``metadata["failure"]``."""
+        prompt = list(prompt_ids or [])
+        return cls(tokens=prompt, prompt_len=len(prompt), loss_mask=[], logprobs=[],
+                   status=status, task_id=task_id, group_id=group_id,
+                   metadata={"failure": reason})
+
     @property
     def response_len(self) -> int:
         return len(self.tokens) - self.prompt_len

@@ -12,7 +12,6 @@ from rollyard_codegolf.parsing import EXTRACT_MODES
 from rollyard_codegolf.sandbox import SandboxLimits
 
 CORRECT_MODES = ("fraction", "all")
-REWARD_NAMES = ("codegolf.correct", "codegolf.concise", "codegolf.fast")
 
 
 @dataclass(frozen=True)

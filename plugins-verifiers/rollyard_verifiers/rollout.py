@@ -135,11 +135,11 @@ class VerifiersRollout(Rollout):
             return [_failed(task_id, group_id, reason or "episode produced no trace")]
         samples = []
         for trace in episode.traces:
+            session = self.bridge.pop_session(trace.id)
             if not getattr(trace.agent, "trainable", True):  # e.g. user_sim's modeled user
                 continue
             try:
-                produced = trace_samples(trace, self.bridge.pop_session(trace.id), task_id,
-                                         group_id)
+                produced = trace_samples(trace, session, task_id, group_id)
             except ValueError as exc:  # an inconsistent trace fails its sample, not the group
                 produced = [_failed(task_id, group_id, f"trace {trace.id}: {exc}")]
             self._metrics.add(trace, produced)
@@ -189,9 +189,9 @@ class VerifiersRollout(Rollout):
 
 
 def _failed(task_id: str, group_id: str, reason: str) -> Sample:
-    return Sample(tokens=[], prompt_len=0, loss_mask=[], logprobs=[],
-                  status=SampleStatus.FAILED, task_id=task_id, group_id=group_id,
-                  metadata={"failure": reason, "completion": ""})
+    sample = Sample.lost(task_id, group_id, SampleStatus.FAILED, reason)
+    sample.metadata["completion"] = ""
+    return sample
 
 
 def _prompt(data: Any) -> list[dict[str, Any]] | str:

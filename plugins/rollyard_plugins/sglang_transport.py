@@ -80,10 +80,10 @@ def parse_generate_response(data: Any, url: str) -> GenerateResult:
     for i, entry in enumerate(entries):
         if (not isinstance(entry, (list, tuple)) or len(entry) < 2 or not _number(entry[0])
                 or not isinstance(entry[1], int) or isinstance(entry[1], bool)
-                or entry[1] < 0 or math.isnan(entry[0]) or entry[0] > 1e-4):
-            raise bad(f"output_token_logprobs[{i}] is {entry!r}; expected [logprob <= 0, "
-                      "token_id, text]")
-        logprobs.append(max(float(entry[0]), -1e30))
+                or entry[1] < 0 or not math.isfinite(entry[0]) or entry[0] > 1e-4):
+            raise bad(f"output_token_logprobs[{i}] is {entry!r}; expected [finite logprob "
+                      "<= 0, token_id, text]")
+        logprobs.append(min(float(entry[0]), 0.0))  # float rounding may give +1e-7
         token_ids.append(entry[1])
     output_ids = data.get("output_ids", token_ids)
     if output_ids != token_ids:
@@ -178,7 +178,7 @@ class SGLangTransport(Transport):
                     body = await response.read()
                     status = response.status
                 break
-            except aiohttp.ClientConnectionError as exc:
+            except aiohttp.ClientConnectorError as exc:  # never sent: safe to retry
                 if attempt + 1 == attempts:
                     raise TransportError(f"{method} {path} failed after {attempts} attempts: "
                                          f"{type(exc).__name__}: {exc}", url=url) from exc

@@ -26,6 +26,7 @@ def test_train_runs_codegolf_programs_in_the_sandbox(tmp_path):
               and k != "env/codegolf/passing_length"}
     assert sum(shares.values()) == pytest.approx(1.0)
     samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 8
     for sample in samples:
         record = sample["metadata"]["codegolf"]
         # --codegolf-extract whole: every reply is a program, and the sandbox ran it

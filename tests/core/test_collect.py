@@ -110,3 +110,21 @@ def test_concurrency_is_bounded():
     samples = collect(tracked, tasks=tasks)
     assert len(samples) == 6
     assert peak == SETTINGS.max_concurrent_groups
+
+
+def test_a_reward_that_breaks_a_sample_fails_only_that_sample():
+    class Vandal(Reward):
+        name = "vandal"
+
+        async def score(self, sample, task):
+            if sample.response_len == 3:
+                sample.loss_mask.append(1)  # leaves the sample inconsistent
+            return 1.0
+
+    async def ok(task, n):
+        return [good_sample(1), good_sample(3)]
+
+    first, second = collect(ok, RewardSet({"vandal": Vandal(None)}, {"vandal": 1.0}))
+    assert first.usable and first.reward == 1.0
+    assert second.status is SampleStatus.FAILED
+    assert "'loss_mask'" in second.metadata["failure"]

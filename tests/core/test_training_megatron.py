@@ -150,7 +150,7 @@ class TestTensorParallel2:
                                               qwen3_tied: Path) -> None:
         samples = make_samples(2, 3, seed=0, rewards=[0.0])
         ours, theirs = group.logprobs(samples), hf_logprobs(qwen3_tied, samples, 0.7)
-        for a, b in zip(ours, theirs):
+        for a, b in zip(ours, theirs, strict=True):
             assert a == pytest.approx(b, abs=1e-4)
 
     def test_export_before_training_is_bit_exact(self, group: TrainGroup, qwen3_tied: Path,
@@ -189,7 +189,7 @@ class TestTensorParallel2:
         changed = load_hf_weights(out)
         original = load_hf_weights(qwen3_tied)
         assert any(not torch.equal(changed[k], original[k]) for k in original)
-        for a, b in zip(hf_logprobs(out, rewarded, 0.7), after):
+        for a, b in zip(hf_logprobs(out, rewarded, 0.7), after, strict=True):
             assert a == pytest.approx(b, abs=1e-4)
 
 
@@ -201,7 +201,7 @@ def test_tensor_parallel_1_with_kl_and_entropy(llama_untied: Path, ray_session: 
     with TrainGroup(str(llama_untied), config, tp=1, dp=1) as group:
         samples = make_samples(2, 4, seed=3, rewards=[0.0, 1.0, 0.5])
         reference = hf_logprobs(llama_untied, samples)
-        for a, b in zip(group.logprobs(samples), reference):
+        for a, b in zip(group.logprobs(samples), reference, strict=True):
             assert a == pytest.approx(b, abs=1e-4)
         out = group.export_hf(str(tmp_path / "export"))
         assert_same_tensors(load_hf_weights(out), load_hf_weights(llama_untied))

@@ -59,6 +59,7 @@ def test_generate_answers_match_sglang(case, embedded_engine, http) -> None:
     ours_meta, theirs_meta = ours["meta_info"], theirs["meta_info"]
     assert ours_meta["finish_reason"] == theirs_meta["finish_reason"]
     assert ours_meta["prompt_tokens"] == theirs_meta["prompt_tokens"]
+    assert len(ours_meta["output_token_logprobs"]) == ours_meta["completion_tokens"] > 0
     for entry, their_entry in zip(ours_meta["output_token_logprobs"],
                                   theirs_meta["output_token_logprobs"]):
         assert [json_type(v) for v in entry[:2]] == [json_type(v) for v in their_entry[:2]]

@@ -22,9 +22,7 @@ class CollectSettings:
 
 def placeholder(task: Task, status: SampleStatus, reason: str, group_id: str = "") -> Sample:
     """A sample that stands for an episode that produced nothing usable."""
-    return Sample(tokens=[], prompt_len=0, loss_mask=[], logprobs=[], status=status,
-                  task_id=task.id, group_id=group_id or f"{task.id}/lost",
-                  metadata={"failure": reason})
+    return Sample.lost(task.id, group_id or f"{task.id}/lost", status, reason)
 
 
 def checked(samples: object, task: Task, plugin: str) -> list[Sample]:
@@ -69,8 +67,7 @@ async def run_one_group(rollout: Rollout, rewards: RewardSet, task: Task,
     samples = checked(samples, task, plugin)
     if rewards:
         await rewards.score_group(samples, task)
-    for sample in samples:
-        sample.validate()  # rewards must leave samples valid, too
+        samples = checked(samples, task, plugin)  # rewards must leave samples valid, too
     return samples
 
 

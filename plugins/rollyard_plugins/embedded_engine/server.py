@@ -135,7 +135,7 @@ class EngineServer:
         future = self.scheduler.update_weights(
             body["model_path"],
             self.scheduler.weight_version if version is None else str(version),
-            abort_running=abort or None)
+            abort_running=abort)
         success, message = await asyncio.wrap_future(future)
         return web.json_response(
             {"success": success, "message": message, "num_paused_requests": 0},
