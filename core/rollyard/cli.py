@@ -8,16 +8,17 @@ import json
 import sys
 import warnings
 from collections.abc import Sequence
+from types import SimpleNamespace
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from rollyard.config import defaults_from_toml, load_toml, repeated_on_command_line
 from rollyard.errors import RollyardError
 from rollyard.interfaces import Command
 from rollyard.plugins import PluginManager
-from rollyard.train_options import add_core_train_options, wanted_plugins
+from rollyard.train_flags import TrainFlags, train_argv_plugins
 
 #: Commands of the core itself, as "module:Class" so they are imported only when used.
 CORE_COMMANDS = {"init-model": "rollyard.models.command:InitModelCommand",
@@ -30,14 +31,20 @@ def _core_command(path: str) -> Command:
     return getattr(importlib.import_module(module_name), class_name)()
 
 
-def _command_parsers(subparsers: argparse._SubParsersAction, manager: PluginManager) -> None:
+def _command_parsers(subparsers: Any, manager: PluginManager) -> None:
     commands = {name: _core_command(path) for name, path in CORE_COMMANDS.items()}
     for name in manager.names("command"):
         commands.setdefault(name, manager.get("command", name)())
     for name, command in sorted(commands.items()):
         sub = subparsers.add_parser(name, help=command.help, description=command.help)
         command.add_arguments(sub)
-        sub.set_defaults(handler=command.run)
+        sub.set_defaults(handler=lambda args, run=command.run: run(_command_args(args)))
+
+
+def _command_args(args: argparse.Namespace) -> SimpleNamespace:
+    """A plugin command's parsed arguments, without the CLI's own bookkeeping."""
+    values = {k: v for k, v in vars(args).items() if k not in ("handler", "argv", "command")}
+    return SimpleNamespace(**values)
 
 
 def build_parser(manager: PluginManager) -> argparse.ArgumentParser:
@@ -54,10 +61,10 @@ def build_parser(manager: PluginManager) -> argparse.ArgumentParser:
     train = subparsers.add_parser(
         "train", help="run reinforcement learning (the embedded CPU default with no options)",
         description="Run an RL job. Options are grouped by owner; plugin options carry the "
-                    "plugin's name.")
-    add_core_train_options(train)
-    manager.hooks.add_options(train)
-    train.set_defaults(handler=lambda args: cmd_train(args, manager))
+                    "plugin's name. Flags win over --config.",
+        allow_abbrev=False)
+    train_flags = TrainFlags(train, manager)
+    train.set_defaults(handler=lambda args: cmd_train(train_flags, args, manager))
 
     _command_parsers(subparsers, manager)
     return parser
@@ -80,26 +87,11 @@ def cmd_plugins(args: argparse.Namespace, manager: PluginManager) -> int:
     return 0
 
 
-def cmd_train(args: argparse.Namespace, manager: PluginManager) -> int:
+def cmd_train(flags: TrainFlags, args: argparse.Namespace, manager: PluginManager) -> int:
     from rollyard.run.driver import run_training
 
-    run_training(args, manager)
+    run_training(flags.config(args, args.argv), manager)
     return 0
-
-
-def _train_argv_plugins(argv: Sequence[str]) -> list[tuple[str, str]] | None:
-    """For ``rollyard train`` (without --help), the plugins the run selects."""
-    if not argv or argv[0] != "train" or "-h" in argv or "--help" in argv:
-        return None
-    pre = argparse.ArgumentParser(add_help=False)
-    add_core_train_options(pre)
-    known, _ = pre.parse_known_args(argv[1:])
-    if known.config:
-        pre.set_defaults(**defaults_from_toml(
-            {k: v for k, v in load_toml(known.config).items() if not isinstance(v, dict)},
-            pre, known.config))
-        known, _ = pre.parse_known_args(argv[1:])
-    return wanted_plugins(known)
 
 
 def _short_warning(message, category, filename, lineno, line=None) -> str:
@@ -111,20 +103,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.formatwarning = _short_warning
     try:
         manager = PluginManager()
-        wanted = _train_argv_plugins(argv)
+        wanted = train_argv_plugins(argv)
         if wanted is None:
             manager.load_all()
         else:
             manager.load_for_run(wanted)
         parser = build_parser(manager)
         args = parser.parse_args(argv)
-        if getattr(args, "config", None):
-            train_parser = parser._subparsers._group_actions[0].choices["train"]
-            given = repeated_on_command_line(train_parser, args)
-            train_parser.set_defaults(**defaults_from_toml(load_toml(args.config), train_parser,
-                                                           args.config))
-            args = parser.parse_args(argv)
-            vars(args).update(given)
+        args.argv = argv
         if not hasattr(args, "handler"):
             parser.print_help()
             return 2

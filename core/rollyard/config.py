@@ -1,18 +1,222 @@
-"""Run configuration: ``--config run.toml`` underneath, command-line flags on top.
+"""The run's configuration: one typed :class:`RunConfig`, built once from defaults, run.toml and
+command-line flags (flags win), saved as ``config.json`` and loadable again.
 
 A run.toml holds core options as top-level keys (``rollout_plugin = "toy"``, ``steps = 10``)
 and a table per plugin for that plugin's options (``[codegolf] tasks = "my.json"``).
+config.json has the same shape, with every value resolved.
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
+import json
+import os
 import tomllib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rollyard.errors import ConfigError
-from rollyard.options import DEST_SEPARATOR
+from rollyard.options import (
+    OptionSpec,
+    at_least,
+    between,
+    construct_options,
+    non_negative,
+    option,
+    option_specs,
+    options_data,
+    positive,
+)
+from rollyard.plugin_options import OptionTables, options_for
+
+
+def reward_weight(text: str) -> None:
+    """Check a ``--reward`` value: ``NAME`` or ``NAME=WEIGHT``."""
+    parse_reward(text)
+
+
+def parse_reward(text: str) -> tuple[str, float]:
+    name, sep, weight = text.partition("=")
+    if not name:
+        raise ValueError("expected NAME or NAME=WEIGHT")
+    try:
+        return name, float(weight) if sep else 1.0
+    except ValueError:
+        raise ValueError(f"weight {weight!r} is not a number") from None
+
+
+RUN, ROLLOUT, INFERENCE, TRAINING = "run", "rollout", "inference", "training"
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Every option of ``rollyard train``. Plugin options are in :attr:`plugin_options`, one
+    table per plugin: a typed ``Options`` instance, or a dict for ``add_options`` plugins."""
+
+    name: str | None = option(None, group=RUN, help="run name (default: <rollout>-<timestamp>)")
+    runs_dir: str = option("runs", group=RUN, help="folder holding run folders")
+    steps: int = option(150, group=RUN, check=positive, help="training steps")
+    seed: int = option(0, group=RUN, help="seed of task order, plugins and the tiny model")
+    failure_threshold: float = option(
+        0.5, group=RUN, check=between(0.0, 1.0),
+        help="stop when more than this share of a step's samples failed or aborted")
+    progress: bool = option(True, group=RUN, help="show a progress bar (--no-progress: plain "
+                                                  "output)")
+
+    rollout_plugin: str = option("toy", group=ROLLOUT, metavar="NAME",
+                                 help="the environment to train on (see `rollyard plugins`)")
+    reward: tuple[str, ...] = option(
+        (), group=ROLLOUT, metavar="NAME[=W]", check=reward_weight,
+        help="rewards to apply (repeatable); default: the rollout's own")
+    groups_per_step: int = option(8, group=ROLLOUT, check=positive, help="tasks per step")
+    group_size: int = option(8, group=ROLLOUT, check=positive,
+                             help="samples per task (GRPO group)")
+    max_concurrent_groups: int = option(8, group=ROLLOUT, check=positive,
+                                        help="groups in flight per rollout worker")
+    rollout_workers: int = option(1, group=ROLLOUT, check=positive,
+                                  help="Ray actors running the rollout plugin")
+    max_new_tokens: int = option(24, group=ROLLOUT, check=positive,
+                                 help="most tokens generated per turn")
+    temperature: float = option(1.0, group=ROLLOUT, check=positive, help="sampling temperature")
+    top_p: float = option(1.0, group=ROLLOUT, check=between(1e-9, 1.0),
+                          help="nucleus sampling mass (1: off)")
+    top_k: int = option(-1, group=ROLLOUT, check=at_least(-1), help="top-k sampling (-1: off)")
+    rollout_timeout: float = option(300.0, group=ROLLOUT, check=positive,
+                                    help="seconds one group may take before its samples are "
+                                         "aborted")
+
+    model: str | None = option(None, group=INFERENCE, metavar="DIR",
+                               help="Hugging Face model folder (default: a tiny model built "
+                                    "with `rollyard init-model`)")
+    engine: str = option("embedded", group=INFERENCE, metavar="NAME",
+                         help="inference engine the run starts")
+    engine_url: tuple[str, ...] = option((), group=INFERENCE, metavar="URL",
+                                         help="use running engines instead of starting any "
+                                              "(repeatable)")
+    num_engines: int = option(1, group=INFERENCE, check=positive, help="engines to start")
+    transport: str = option("sglang", group=INFERENCE, metavar="NAME",
+                            help="client that talks to the engines")
+
+    train_tp: int = option(1, group=TRAINING, check=positive, help="tensor-parallel size")
+    train_dp: int = option(1, group=TRAINING, check=positive, help="data-parallel size")
+    num_cpus: int | None = option(None, group=TRAINING, check=positive,
+                                  help="CPUs for the local Ray cluster (default: all)")
+    ray_address: str | None = option(None, group=TRAINING,
+                                     help="join an existing Ray cluster")
+    lr: float = option(3e-3, group=TRAINING, check=positive, help="learning rate")
+    clip_eps: float = option(0.2, group=TRAINING, check=positive, help="PPO clip range")
+    kl_coef: float = option(0.0, group=TRAINING, check=non_negative,
+                            help="weight of the KL penalty to the initial policy")
+    entropy_coef: float = option(0.0, group=TRAINING, help="weight of the entropy bonus")
+    micro_batch_size: int = option(16, group=TRAINING, check=positive,
+                                   help="samples per forward pass")
+    keep_zero_variance_groups: bool = option(
+        False, group=TRAINING, help="train on groups whose rewards are all equal")
+
+    plugin_options: Mapping[str, Any] = dataclasses.field(default_factory=dict,
+                                                          metadata={"option": False})
+
+    def __post_init__(self) -> None:
+        for spec in core_specs():
+            object.__setattr__(self, spec.name, spec.coerce(getattr(self, spec.name),
+                                                            spec.flag))
+
+    # ------------------------------------------------------------------ derived
+
+    @property
+    def reward_weights(self) -> dict[str, float] | None:
+        """``{reward: weight}`` from ``--reward``; None when the rollout's defaults apply."""
+        return dict(parse_reward(text) for text in self.reward) if self.reward else None
+
+    def wanted_plugins(self) -> list[tuple[str, str]]:
+        """(kind, name) of every plugin this run selects."""
+        wanted = [("rollout", self.rollout_plugin), ("transport", self.transport)]
+        if not self.engine_url:
+            wanted.append(("engine", self.engine))
+        return wanted + [("reward", name) for name in self.reward_weights or {}]
+
+    def options_for(self, cls: type, plugin: str) -> Any:
+        """The options a registered class of ``plugin`` (entry-point name) receives."""
+        return options_for(cls, plugin, self.plugin_options)
+
+    def replace(self, **changes: Any) -> RunConfig:
+        return dataclasses.replace(self, **changes)
+
+    # ------------------------------------------------------------------ data
+
+    def to_data(self) -> dict[str, Any]:
+        """Core options at top level, one table per plugin; plain JSON/TOML data."""
+        data: dict[str, Any] = {spec.name: spec.to_data(getattr(self, spec.name))
+                                for spec in core_specs()}
+        for table, values in sorted(self.plugin_options.items()):
+            data[table] = (dict(values) if isinstance(values, Mapping)
+                           else options_data(values))
+        return data
+
+    def save(self, path: str | Path) -> None:
+        """Write ``config.json`` atomically."""
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(self.to_data(), indent=2, default=str) + "\n")
+        os.replace(tmp, path)
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any], tables: OptionTables,
+                  source: str = "config") -> RunConfig:
+        """A config from run.toml / config.json data over the defaults. Unknown keys and bad
+        values are ConfigErrors naming ``source`` and the key."""
+        return build_run_config(tables, layers=[(source, data)])
+
+    @classmethod
+    def load(cls, path: str | Path, tables: OptionTables) -> RunConfig:
+        """Read a saved ``config.json``."""
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"{str(path)!r} does not exist") from None
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{str(path)!r} is not valid JSON: {exc}") from None
+        return cls.from_data(data, tables, str(path))
+
+
+def core_specs() -> list[OptionSpec]:
+    """The core options of ``rollyard train``, in declaration order."""
+    return option_specs(RunConfig, "")
+
+
+class ConfigView(Mapping[str, Any]):
+    """A read-only view of the run config for plugins: attributes (``config.seed``) and,
+    for plugins written before RunConfig, mapping access (``config["seed"]``)."""
+
+    def __init__(self, config: RunConfig) -> None:
+        self._config = config
+        self._data = config.to_data()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._config, name)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __repr__(self) -> str:
+        return f"ConfigView({self._data!r})"
+
+
+# --------------------------------------------------------------------------- building
+
+
+Layer = tuple[str, Mapping[str, Any]]
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
@@ -26,50 +230,65 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"config file {str(path)!r} is not valid TOML: {exc}") from None
 
 
-def _checked(action: argparse.Action, value: Any, where: str) -> Any:
-    """A toml value as its flag would have parsed it: through the option's type and choices,
-    which argparse does not apply to defaults; item by item for repeatable options."""
-    if isinstance(value, list) and isinstance(action, argparse._AppendAction):
-        return [_checked(action, item, where) for item in value]
-    if action.type is not None and not isinstance(value, (bool, dict, list)):
-        try:
-            value = action.type(str(value))
-        except (argparse.ArgumentTypeError, TypeError, ValueError) as exc:
-            raise ConfigError(f"{where}: {exc}") from None
-    if action.choices is not None and value not in action.choices:
-        raise ConfigError(f"{where}: {value!r} is not one of {sorted(action.choices)}")
-    return value
-
-
-def defaults_from_toml(data: dict[str, Any], parser: argparse.ArgumentParser,
-                       source: str) -> dict[str, Any]:
-    """Map run.toml keys to parser destinations; an unknown key, or a value its flag would
-    reject, is an error naming it."""
-    actions = {action.dest: action for action in parser._actions}
-    known = set(actions)
-    defaults: dict[str, Any] = {}
-    for key, value in data.items():
-        if isinstance(value, dict):
-            for sub, subvalue in value.items():
-                dest = f"{key}{DEST_SEPARATOR}{sub.replace('-', '_')}"
-                if dest not in known:
-                    raise ConfigError(f"{source}: unknown option [{key}] {sub!r} "
-                                      f"(no plugin option --{key}-{sub.replace('_', '-')})")
-                defaults[dest] = _checked(actions[dest], subvalue, f"{source}: [{key}] {sub!r}")
+def build_run_config(tables: OptionTables, layers: list[Layer],
+                     flags: Mapping[str, Any] | None = None) -> RunConfig:
+    """Defaults, then each ``(source, data)`` layer (run.toml, config.json), then ``flags``:
+    parsed command-line values keyed by their argparse ``dest`` (the flag for typed options,
+    ``{"--steps": 3}``; ``"plugin:name"`` for ``add_options`` ones)."""
+    specs = {spec.name: spec for spec in core_specs()}
+    core: dict[str, Any] = {}
+    typed: dict[str, dict[str, Any]] = {prefix: {} for prefix in tables.typed}
+    legacy = {plugin: table.defaults() for plugin, table in tables.legacy.items()}
+    for source, data in layers:
+        for key, value in data.items():
+            if isinstance(value, Mapping):
+                _table_value(tables, typed, legacy, source, key, value)
+                continue
+            spec = specs.get(key.replace("-", "_"))
+            if spec is None:
+                raise ConfigError(f"{source}: unknown option {key!r} (no flag "
+                                  f"--{key.replace('_', '-')})")
+            core[spec.name] = spec.coerce(value, f"{source}: {key!r}")
+    by_flag = {spec.flag: spec.name for spec in specs.values()}
+    for flag, value in (flags or {}).items():
+        if flag in by_flag:
+            core[by_flag[flag]] = value
             continue
-        dest = key.replace("-", "_")
-        if dest not in known:
-            raise ConfigError(f"{source}: unknown option {key!r} "
-                              f"(no flag --{key.replace('_', '-')})")
-        defaults[dest] = _checked(actions[dest], value, f"{source}: {key!r}")
-    return defaults
+        for prefix, table in tables.typed.items():
+            for spec in table.specs:
+                if spec.flag == flag:
+                    typed[prefix][spec.name] = value
+        for plugin, table in tables.legacy.items():
+            for legacy_option in table.options:
+                if flag == legacy_option.action.dest:
+                    legacy[plugin][legacy_option.name] = value
+    plugin_options: dict[str, Any] = dict(legacy)
+    for prefix, values in typed.items():
+        plugin_options[prefix] = construct_options(tables.typed[prefix].options_cls, prefix,
+                                                   values)
+    return RunConfig(**core, plugin_options=plugin_options)
 
 
-def repeated_on_command_line(parser: argparse.ArgumentParser,
-                             args: argparse.Namespace) -> dict[str, list[Any]]:
-    """Values of repeatable options (``--reward``) given on the command line. argparse appends
-    them to their default, so they are put back after run.toml defaults are applied: a list on
-    the command line replaces the toml's list instead of extending it."""
-    return {action.dest: getattr(args, action.dest) for action in parser._actions
-            if isinstance(action, argparse._AppendAction)
-            and getattr(args, action.dest, None) is not action.default}
+def _table_value(tables: OptionTables, typed: dict[str, dict[str, Any]],
+                 legacy: dict[str, dict[str, Any]], source: str, table: str,
+                 values: Mapping[str, Any]) -> None:
+    if table in tables.typed:
+        specs = {spec.name: spec for spec in tables.typed[table].specs}
+        for key, value in values.items():
+            spec = specs.get(key.replace("-", "_"))
+            if spec is None:
+                raise ConfigError(f"{source}: unknown option [{table}] {key!r} (no plugin "
+                                  f"option --{table}-{key.replace('_', '-')})")
+            typed[table][spec.name] = spec.coerce(value, f"{source}: [{table}] {key!r}")
+        return
+    if table in tables.legacy:
+        options = {o.name: o for o in tables.legacy[table].options}
+        for key, value in values.items():
+            declared = options.get(key.replace("-", "_"))
+            if declared is None:
+                raise ConfigError(f"{source}: unknown option [{table}] {key!r} (no plugin "
+                                  f"option --{table}-{key.replace('_', '-')})")
+            legacy[table][declared.name] = declared.coerce(value, f"{source}: [{table}] {key!r}")
+        return
+    raise ConfigError(f"{source}: unknown table [{table}] (no installed plugin declares "
+                      f"options under that name; known: {', '.join(sorted(tables.names()))})")

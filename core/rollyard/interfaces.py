@@ -1,43 +1,92 @@
-"""Base classes that plugins register: rollouts, transports, rewards, engines, commands."""
+"""Base classes that plugins register: rollouts, transports, rewards, engines, commands.
+
+Each kind has one constructor shape. A class may declare its options as a frozen dataclass
+named ``Options`` (see :mod:`rollyard.options`); it then receives an instance of it, and a
+class without one receives the ``dict`` of its plugin's ``add_options`` values.
+"""
 
 from __future__ import annotations
 
 import argparse
 import random
-from collections.abc import Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from types import SimpleNamespace
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from rollyard.types import GenerateRequest, GenerateResult, Sample, Task
-
-if TYPE_CHECKING:
-    from rollyard.rewards import RewardSet
+from rollyard.types import GenerateRequest, GenerateResult, Sample, SamplingParams, Task
 
 
-class Transport:
-    """Sends token ids to inference engines and returns tokens with their logprobs."""
+@runtime_checkable
+class Tokenizer(Protocol):
+    """What rollouts and rewards may use of the run's tokenizer (a Hugging Face tokenizer)."""
+
+    eos_token_id: int | None
+
+    def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = ...) -> str: ...
+
+    def apply_chat_template(self, conversation: list[dict[str, Any]], **kwargs: Any) -> Any: ...
+
+
+def _plain(options: Any) -> Any:
+    """Legacy ``add_options`` values as a fresh dict; a typed options instance as is."""
+    return dict(options or {}) if options is None or isinstance(options, Mapping) else options
+
+
+def _typed(cls: type, options: Any) -> Any:
+    """The options a class receives: its ``Options`` instance (built and checked from a dict
+    of values by name, as tests and scripts pass them; defaults for None), else a dict."""
+    declared = getattr(cls, "Options", None)
+    if declared is None or not (options is None or isinstance(options, Mapping)):
+        return _plain(options)
+    from rollyard.options import build_options
+
+    prefix = getattr(cls, "options_prefix", "") or cls.name
+    return build_options(declared, prefix, options or {})
+
+
+class Configurable:
+    """Where a plugin class declares its typed options (see :mod:`rollyard.options`)."""
+
+    #: A frozen dataclass of this class's options, or None (then it receives its plugin's
+    #: ``add_options`` values as a dict).
+    Options: ClassVar[type | None] = None
+    #: Flag prefix and run.toml table of ``Options``; the class's ``name`` when empty.
+    #: Classes of one plugin that share options set the same prefix and ``Options`` class.
+    options_prefix: ClassVar[str] = ""
+
+
+class Transport(Configurable, ABC):
+    """Sends token ids to inference engines and returns tokens with their logprobs.
+
+    Constructed as ``Transport(urls, options)``.
+    """
 
     name: ClassVar[str] = ""
 
-    def __init__(self, urls: Sequence[str], options: dict[str, Any] | None = None) -> None:
+    def __init__(self, urls: Sequence[str], options: Any = None) -> None:
         self.urls = list(urls)
-        self.options = dict(options or {})
+        self.options = _typed(type(self), options)
 
+    @abstractmethod
     async def generate(self, request: GenerateRequest) -> GenerateResult:
-        raise NotImplementedError
+        """Generate from ``request.input_ids``; raise EngineAborted or TransportError."""
 
+    @abstractmethod
     async def health(self) -> dict[str, bool]:
         """Health of every engine, keyed by URL."""
-        raise NotImplementedError
 
+    @abstractmethod
     async def weight_versions(self) -> dict[str, int]:
         """Weight version each engine is serving, keyed by URL."""
-        raise NotImplementedError
 
+    @abstractmethod
     async def update_weights(self, model_dir: str, weight_version: int) -> None:
         """Make every engine load the Hugging Face checkpoint in ``model_dir`` and serve it as
         ``weight_version`` (SGLang ``/update_weights_from_disk``)."""
-        raise NotImplementedError
 
     async def close(self) -> None:
         """Release connections. Safe to call twice."""
@@ -45,20 +94,34 @@ class Transport:
 
 @dataclass
 class RolloutContext:
-    """What a rollout class is built from, once per run."""
+    """What a rollout class is built from, once per run (per rollout worker).
 
-    config: dict[str, Any]
-    tokenizer: Any
+    ``config`` is a read-only view of the run's configuration (``config.seed``,
+    ``config["max_new_tokens"]``); ``options`` are the rollout's own options; ``sampling`` is
+    the run's sampling (never None); ``rng`` is seeded from the run's seed and the worker.
+    Rewards are applied by the core after ``run_group`` returns.
+    """
+
+    config: Mapping[str, Any]
+    tokenizer: Tokenizer
     transport: Transport
-    rewards: RewardSet
-    options: dict[str, Any]
+    options: Any
     rng: random.Random
-    sampling: Any = None  # rollyard.types.SamplingParams chosen by the run
-    extra: dict[str, Any] = field(default_factory=dict)
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    #: Accepted for plugins written before rewards moved out of the context; unused.
+    rewards: Any = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self.options = _plain(self.options)
+        if self.sampling is None:
+            self.sampling = SamplingParams()
 
 
-class Rollout:
-    """An environment: the tasks it poses and how one group of episodes runs."""
+class Rollout(Configurable, ABC):
+    """An environment: the tasks it poses and how one group of episodes runs.
+
+    Constructed as ``Rollout(context)``.
+    """
 
     name: ClassVar[str] = ""
     #: Rewards the core applies when the user names none: ``{reward name: weight}``.
@@ -66,21 +129,22 @@ class Rollout:
     default_rewards: ClassVar[dict[str, float]] = {}
 
     def __init__(self, context: RolloutContext) -> None:
+        context.options = _typed(type(self), context.options)
         self.context = context
 
     @classmethod
-    def reward_weights(cls, options: dict[str, Any]) -> dict[str, float]:
+    def reward_weights(cls, options: Any) -> dict[str, float]:
         """The rewards (and weights) the core applies when the user names none with
         ``--reward``. Override to let the plugin's own options change them."""
         return dict(cls.default_rewards)
 
+    @abstractmethod
     def tasks(self, split: str) -> Sequence[Task]:
         """The tasks of ``split`` (``train`` or ``eval``), in a deterministic order."""
-        raise NotImplementedError
 
+    @abstractmethod
     async def run_group(self, task: Task, n: int) -> list[Sample]:
         """Run ``n`` episodes of ``task`` and return their samples (scored or not)."""
-        raise NotImplementedError
 
     def metrics(self) -> dict[str, float]:
         """Environment metrics accumulated since the last call (then reset)."""
@@ -89,20 +153,30 @@ class Rollout:
 
 @dataclass
 class RewardContext:
-    tokenizer: Any
-    options: dict[str, Any]
+    """What a reward class is built from: the run's tokenizer and its plugin's options."""
+
+    tokenizer: Tokenizer
+    options: Any = None
+
+    def __post_init__(self) -> None:
+        self.options = _plain(self.options)
 
 
-class Reward:
-    """Scores a finished sample; may return one float or named components."""
+class Reward(Configurable, ABC):
+    """Scores a finished sample; may return one float or named components.
+
+    Constructed as ``Reward(context)``.
+    """
 
     name: ClassVar[str] = ""
 
     def __init__(self, context: RewardContext) -> None:
+        context.options = _typed(type(self), context.options)
         self.context = context
 
+    @abstractmethod
     async def score(self, sample: Sample, task: Task) -> float | dict[str, float]:
-        raise NotImplementedError
+        """The sample's score: a finite float, or named finite components."""
 
     async def score_group(self, samples: list[Sample],
                           task: Task) -> list[float | dict[str, float]]:
@@ -110,36 +184,41 @@ class Reward:
         return [await self.score(s, task) for s in samples]
 
 
-class EngineHandle:
+class EngineHandle(ABC):
     """A running inference engine: its URL and how to stop it."""
 
     url: str
 
+    @abstractmethod
     def stop(self) -> None:
-        raise NotImplementedError
+        """Stop the engine and wait for it to exit. Safe to call twice."""
 
 
-class Engine:
-    """Launches an inference engine that serves the SGLang HTTP protocol."""
+class Engine(Configurable, ABC):
+    """Launches an inference engine that serves the SGLang HTTP protocol.
+
+    Constructed as ``Engine(options)``.
+    """
 
     name: ClassVar[str] = ""
 
-    def __init__(self, options: dict[str, Any] | None = None) -> None:
-        self.options = dict(options or {})
+    def __init__(self, options: Any = None) -> None:
+        self.options = _typed(type(self), options)
 
+    @abstractmethod
     def launch(self, model_dir: str, port: int) -> EngineHandle:
-        raise NotImplementedError
+        """Start an engine serving ``model_dir`` on ``port``; return once it is healthy."""
 
 
-class Command:
+class Command(ABC):
     """A ``rollyard NAME`` subcommand contributed by a plugin."""
 
     name: ClassVar[str] = ""
     help: ClassVar[str] = ""
 
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        """Declare this command's arguments."""
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:  # noqa: B027
+        """Declare this command's arguments (none by default)."""
 
-    def run(self, args: argparse.Namespace) -> int:
-        """Run the command; return the process exit status."""
-        raise NotImplementedError
+    @abstractmethod
+    def run(self, args: SimpleNamespace) -> int:
+        """Run the command with the parsed arguments; return the process exit status."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib.metadata as md
 import logging
 import os
@@ -15,8 +16,10 @@ from typing import Any
 import pluggy
 
 from rollyard import hookspecs
+from rollyard.algorithms import Algorithm
 from rollyard.errors import PluginError, UnknownPluginError
 from rollyard.interfaces import Command, Engine, Reward, Rollout, Transport
+from rollyard.options import PluginOptionGroup
 
 ENTRY_POINT_GROUP = "rollyard"
 CORE_DISTRIBUTION = "rollyard"
@@ -29,6 +32,7 @@ KINDS: dict[str, tuple[str, type]] = {
     "register_rewards": ("reward", Reward),
     "register_engines": ("engine", Engine),
     "register_commands": ("command", Command),
+    "register_algorithms": ("algorithm", Algorithm),
 }
 
 
@@ -244,17 +248,20 @@ class HookFacade:
     def __init__(self, pm: pluggy.PluginManager) -> None:
         self._pm = pm
 
-    def add_options(self, parser: Any, plugins: Iterable[str] | None = None) -> None:
-        from rollyard.options import PluginOptionGroup
-
+    def add_options(self, parser: argparse.ArgumentParser,
+                    plugins: Iterable[str] | None = None) -> dict[str, PluginOptionGroup]:
+        """Call each plugin's ``add_options`` with a group of its own; returns the groups by
+        plugin name (only ``plugins`` when given)."""
         hook = self._pm.hook.add_options
-        owners = sorted({impl.plugin_name for impl in hook.get_hookimpls()})
-        for name in owners:
+        groups = {}
+        for name in sorted({impl.plugin_name for impl in hook.get_hookimpls()}):
             if plugins is not None and name not in plugins:
                 continue
             others = [p for n, p in self._pm.list_name_plugin() if n != name]
+            groups[name] = PluginOptionGroup(parser, name)
             self._pm.subset_hook_caller("add_options", remove_plugins=others)(
-                group=PluginOptionGroup(parser, name))
+                group=groups[name])
+        return groups
 
     def on_run_start(self, config: dict[str, Any], run_dir: str) -> None:
         self._pm.hook.on_run_start(config=config, run_dir=run_dir)

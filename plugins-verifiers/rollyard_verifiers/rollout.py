@@ -19,37 +19,37 @@ from rollyard import Rollout, RolloutContext, RolloutError, Sample, SampleStatus
 
 from rollyard_verifiers.bridge import Bridge, BridgeServer
 from rollyard_verifiers.environment import deep_merge, env_config, load_environment
+from rollyard_verifiers.options import VerifiersOptions, json_object
 from rollyard_verifiers.samples import EnvironmentMetrics, trace_samples
 from rollyard_verifiers.serving import SharedContext
-
-DEFAULT_CONCURRENCY = 32
 
 
 class VerifiersRollout(Rollout):
     """Runs the verifiers environment named by ``--verifiers-env``."""
 
     name: ClassVar[str] = "verifiers"
+    Options = VerifiersOptions
     default_rewards: ClassVar[dict[str, float]] = {}
 
     def __init__(self, context: RolloutContext) -> None:
         super().__init__(context)
-        options = context.options
-        self.env_id: str = options.get("env") or ""
+        options: VerifiersOptions = context.options
+        self.env_id: str = options.env or ""
         if not self.env_id:
             raise RolloutError("no environment given: pass --verifiers-env ID (an importable "
                                "verifiers taskset package)", plugin=self.name)
-        self.concurrency = int(options.get("concurrency") or DEFAULT_CONCURRENCY)
-        self.max_tasks: int | None = options.get("max_tasks")
+        self.concurrency = options.concurrency
+        self.max_tasks: int | None = options.max_tasks
         self.renderer_dir = _tokenizer_dir(context.tokenizer)
         self.bridge = Bridge(context.transport, model=Path(self.renderer_dir).name,
                              max_model_len=_context_length(self.renderer_dir))
         try:
-            train = env_config(self.env_id, _json_option(options, "env_config"),
-                               options.get("max_turns"))
+            train = env_config(self.env_id, json_object(options.env_config),
+                               options.max_turns)
         except (ImportError, TypeError, ValueError) as exc:
             raise RolloutError(f"verifiers environment {self.env_id!r}: {type(exc).__name__}: "
                                f"{exc}", plugin=self.name) from exc
-        eval_ = deep_merge(train, _json_option(options, "eval_config"))
+        eval_ = deep_merge(train, json_object(options.eval_config))
         # Splits with the same config share one environment (and one serving context).
         self._configs = {json.dumps(c, sort_keys=True): c for c in (train, eval_)}
         self._split_keys = {"train": json.dumps(train, sort_keys=True),
@@ -222,20 +222,3 @@ def _context_length(model_dir: str) -> int | None:
         return None
     value = json.loads(config.read_text()).get("max_position_embeddings")
     return value if isinstance(value, int) and value > 0 else None
-
-
-def _json_option(options: dict[str, Any], name: str) -> dict[str, Any]:
-    raw = options.get(name)
-    if raw in (None, ""):
-        return {}
-    if isinstance(raw, dict):
-        return raw
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise RolloutError(f"--verifiers-{name.replace('_', '-')} is not JSON: {exc}",
-                           plugin=VerifiersRollout.name) from exc
-    if not isinstance(value, dict):
-        raise RolloutError(f"--verifiers-{name.replace('_', '-')} must be a JSON object",
-                           plugin=VerifiersRollout.name)
-    return value

@@ -7,10 +7,7 @@ server leads its own process group and is stopped with it; a server that does no
 healthy raises :class:`rollyard.EngineStartError` quoting its last log lines. Several servers
 can be put behind one ``sglang-router`` (:class:`SGLangRouter`).
 
-Options (``--sglang-<name>``): ``python`` (required), ``device`` (e.g. ``cpu``), ``dtype``
-(pass ``float32`` on CPU), ``extra-args`` (more ``launch_server`` flags), ``pythonpath``
-(prepended to the server's PYTHONPATH), ``startup-timeout`` (seconds, default 600),
-``log-dir``.
+Options: :class:`SGLangOptions` (``--sglang-*``).
 """
 
 from __future__ import annotations
@@ -18,18 +15,40 @@ from __future__ import annotations
 import os
 import pathlib
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from rollyard import ConfigError, Engine, hookimpl
+from rollyard.options import option, positive
 
 from rollyard_plugins.embedded_engine.process import ProcessEngineHandle, free_port, launch_server
 
-DEFAULT_STARTUP_TIMEOUT = 600.0
+
+@dataclass(frozen=True)
+class SGLangOptions:
+    """How the run launches SGLang servers (``--sglang-*``)."""
+
+    python: str | None = option(None, metavar="PATH",
+                                help="Python of the virtual environment where sglang is "
+                                     "installed (required)")
+    device: str | None = option(None, help="launch_server --device (e.g. cpu)")
+    dtype: str | None = option(None, help="launch_server --dtype (float32 on CPU)")
+    extra_args: str = option("", metavar="ARGS",
+                             help="more launch_server flags, one shell-quoted string")
+    pythonpath: str | None = option(None, metavar="DIR",
+                                    help="prepended to the server's PYTHONPATH")
+    startup_timeout: float = option(600.0, check=positive,
+                                    help="seconds to wait for the server's /health")
+    log_dir: str | None = option(None, metavar="DIR", help="where server logs go")
 
 
-def _python(options: dict[str, Any]) -> str:
-    python = options.get("python")
+def _get(options: Any, name: str) -> Any:
+    return options.get(name) if isinstance(options, Mapping) else getattr(options, name)
+
+
+def _python(options: Any) -> str:
+    python = _get(options, "python")
     if not python:
         raise ConfigError("the sglang engine needs --sglang-python PATH: the interpreter of a "
                           "virtual environment where sglang is installed")
@@ -38,9 +57,9 @@ def _python(options: dict[str, Any]) -> str:
     return str(python)
 
 
-def _environment(options: dict[str, Any]) -> dict[str, str]:
+def _environment(options: Any) -> dict[str, str]:
     env = dict(os.environ)
-    extra = options.get("pythonpath")
+    extra = _get(options, "pythonpath")
     if extra:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(extra), env.get("PYTHONPATH")) if p)
     return env
@@ -50,23 +69,26 @@ class SGLangEngine(Engine):
     """Launches ``python -m sglang.launch_server`` with the interpreter in ``--sglang-python``."""
 
     name = "sglang"
+    Options = SGLangOptions
 
     def command(self, model_dir: str, port: int) -> list[str]:
         """The server's command line."""
-        options = self.options
+        options: SGLangOptions = self.options
         command = [_python(options), "-m", "sglang.launch_server", "--model-path", str(model_dir),
                    "--host", "127.0.0.1", "--port", str(port)]
-        for flag in ("device", "dtype"):
-            if options.get(flag):
-                command += [f"--{flag}", str(options[flag])]
-        return command + shlex.split(options.get("extra_args") or "")
+        if options.device:
+            command += ["--device", options.device]
+        if options.dtype:
+            command += ["--dtype", options.dtype]
+        return command + shlex.split(options.extra_args)
 
     def launch(self, model_dir: str, port: int) -> ProcessEngineHandle:
         port = port or free_port()
+        options: SGLangOptions = self.options
         return launch_server(
             self.command(model_dir, port), f"http://127.0.0.1:{port}", name="sglang",
-            timeout=float(self.options.get("startup_timeout") or DEFAULT_STARTUP_TIMEOUT),
-            log_dir=self.options.get("log_dir"), env=_environment(self.options))
+            timeout=options.startup_timeout, log_dir=options.log_dir,
+            env=_environment(options))
 
 
 class SGLangRouter:
@@ -99,18 +121,3 @@ class SGLangRouter:
 @hookimpl
 def register_engines(register: Any) -> None:
     register(SGLangEngine)
-
-
-@hookimpl
-def add_options(group: Any) -> None:
-    group.add_argument("--sglang-python", metavar="PATH",
-                       help="Python of the virtual environment where sglang is installed")
-    group.add_argument("--sglang-device", help="launch_server --device (e.g. cpu)")
-    group.add_argument("--sglang-dtype", help="launch_server --dtype (float32 on CPU)")
-    group.add_argument("--sglang-extra-args", metavar="ARGS",
-                       help="more launch_server flags, one shell-quoted string")
-    group.add_argument("--sglang-pythonpath", metavar="DIR",
-                       help="prepended to the server's PYTHONPATH")
-    group.add_argument("--sglang-startup-timeout", type=float, default=DEFAULT_STARTUP_TIMEOUT,
-                       help="seconds to wait for the server's /health")
-    group.add_argument("--sglang-log-dir", metavar="DIR", help="where server logs go")

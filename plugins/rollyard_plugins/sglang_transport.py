@@ -19,6 +19,7 @@ import collections
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rollyard import (
@@ -29,6 +30,7 @@ from rollyard import (
     TransportError,
     hookimpl,
 )
+from rollyard.options import non_negative, option, positive
 
 if TYPE_CHECKING:
     import aiohttp
@@ -37,8 +39,23 @@ if TYPE_CHECKING:
 ROUTING_KEY_HEADER = "X-SMG-Routing-Key"
 #: Sessions remembered for sticky routing (least recently used are forgotten first).
 MAX_STICKY_SESSIONS = 65536
-DEFAULTS = {"timeout": 600.0, "connect_timeout": 5.0, "retries": 3, "max_connections": 256,
-            "control_timeout": 30.0, "update_timeout": 600.0}
+
+
+@dataclass(frozen=True)
+class SGLangTransportOptions:
+    """Timeouts, retries and pooling of the ``sglang`` transport (``--sglang-transport-*``)."""
+
+    timeout: float = option(600.0, check=positive, help="seconds one generate request may take")
+    connect_timeout: float = option(5.0, check=positive,
+                                    help="seconds to open a connection to an engine")
+    retries: int = option(3, check=non_negative,
+                          help="retries of a request whose connection failed")
+    max_connections: int = option(256, check=positive,
+                                  help="pooled HTTP connections across all engines")
+    control_timeout: float = option(30.0, check=positive,
+                                    help="seconds for health, version and cache requests")
+    update_timeout: float = option(600.0, check=positive,
+                                   help="seconds an engine may take to load new weights")
 
 
 def _number(value: Any) -> bool:
@@ -118,8 +135,10 @@ class SGLangTransport(Transport):
     """Async client of SGLang-protocol engines with pooling, timeouts and sticky sessions."""
 
     name = "sglang"
+    Options = SGLangTransportOptions
+    options_prefix = "sglang-transport"
 
-    def __init__(self, urls: Sequence[str], options: dict[str, Any] | None = None) -> None:
+    def __init__(self, urls: Sequence[str], options: Any = None) -> None:
         urls = [u.rstrip("/") for u in urls]
         if not urls:
             raise TransportError("the sglang transport needs at least one engine URL")
@@ -127,8 +146,6 @@ class SGLangTransport(Transport):
             if not url.startswith(("http://", "https://")):
                 raise TransportError(f"engine URL {url!r} must start with http:// or https://")
         super().__init__(urls, options)
-        self.settings = {**DEFAULTS, **{k: v for k, v in self.options.items()
-                                        if k in DEFAULTS and v is not None}}
         self._session: aiohttp.ClientSession | None = None
         self._session_loop: asyncio.AbstractEventLoop | None = None
         self._next = 0
@@ -158,7 +175,7 @@ class SGLangTransport(Transport):
         if self._session is None or self._session.closed or self._session_loop is not loop:
             # A session belongs to the event loop it was made in; a new loop needs a new one.
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=int(self.settings["max_connections"])))
+                connector=aiohttp.TCPConnector(limit=self.options.max_connections))
             self._session_loop = loop
         return self._session
 
@@ -169,8 +186,8 @@ class SGLangTransport(Transport):
         import aiohttp
 
         limits = aiohttp.ClientTimeout(total=timeout,
-                                       sock_connect=float(self.settings["connect_timeout"]))
-        attempts = int(self.settings["retries"]) + 1 if retry else 1
+                                       sock_connect=self.options.connect_timeout)
+        attempts = self.options.retries + 1 if retry else 1
         for attempt in range(attempts):
             try:
                 async with self._client().request(method, url + path, json=payload,
@@ -204,14 +221,14 @@ class SGLangTransport(Transport):
         url = self.route(request.session_id)
         headers = {ROUTING_KEY_HEADER: request.session_id} if request.session_id else None
         data = await self._request("POST", url, "/generate", payload=generate_payload(request),
-                                   headers=headers, timeout=float(self.settings["timeout"]))
+                                   headers=headers, timeout=self.options.timeout)
         return parse_generate_response(data, url)
 
     async def health(self) -> dict[str, bool]:
         async def one(url: str) -> bool:
             try:
                 await self._request("GET", url, "/health", retry=False,
-                                    timeout=float(self.settings["connect_timeout"]))
+                                    timeout=self.options.connect_timeout)
                 return True
             except TransportError:
                 return False
@@ -221,7 +238,7 @@ class SGLangTransport(Transport):
     async def weight_versions(self) -> dict[str, int]:
         async def one(url: str) -> int:
             info = await self._request("GET", url, "/get_model_info",
-                                       timeout=float(self.settings["control_timeout"]))
+                                       timeout=self.options.control_timeout)
             if not isinstance(info, dict):
                 raise TransportError(f"malformed /get_model_info response: {info!r}", url=url)
             return parse_weight_version(info.get("weight_version"), url)
@@ -233,7 +250,7 @@ class SGLangTransport(Transport):
             reply = await self._request(
                 "POST", url, "/update_weights_from_disk",
                 payload={"model_path": str(model_dir), "weight_version": str(weight_version)},
-                timeout=float(self.settings["update_timeout"]))
+                timeout=self.options.update_timeout)
             if not isinstance(reply, dict) or reply.get("success") is not True:
                 raise TransportError(f"weight update from {model_dir} failed: {reply!r}", url=url)
 
@@ -269,14 +286,3 @@ def _error_text(text: str) -> str:
 @hookimpl
 def register_transports(register: Any) -> None:
     register(SGLangTransport)
-
-
-@hookimpl
-def add_options(group: Any) -> None:
-    group.add_argument("--sglang-transport-timeout", type=float, default=DEFAULTS["timeout"],
-                       help="seconds one generate request may take")
-    group.add_argument("--sglang-transport-retries", type=int, default=DEFAULTS["retries"],
-                       help="retries of a request whose connection failed")
-    group.add_argument("--sglang-transport-max-connections", type=int,
-                       default=DEFAULTS["max_connections"],
-                       help="pooled HTTP connections across all engines")

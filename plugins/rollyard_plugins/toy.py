@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
 
-from rollyard import ConfigError, Rollout, Sample, Task, hookimpl
+from rollyard import Rollout, RolloutContext, Sample, Task, hookimpl
+from rollyard.options import option
 
 ALPHABET = "abcde"
 EVAL_SHARE = 0.2
@@ -36,22 +39,36 @@ def make_tasks(operation: str, count: int, seed: int, min_len: int = 2,
             for i, word in enumerate(words)]
 
 
+def _task_count(count: int) -> None:
+    if not 2 <= count <= distinct_words():
+        raise ValueError(f"choose 2..{distinct_words()} (both splits need a task; there are "
+                         "only so many words)")
+
+
+@dataclass(frozen=True)
+class ToyOptions:
+    """Options of the toy environments (``--toy-*``)."""
+
+    operation: Literal["copy", "reverse"] = option("copy",
+                                                   help="what the model must do to the word")
+    num_tasks: int = option(200, check=_task_count, help="distinct words")
+
+
 class StringOperationRollout(Rollout):
-    """Single-turn: the model sees ``<operation>: <word>`` and must answer the result."""
+    """Single-turn: the model sees ``<operation>: <word>`` and must answer the result.
+
+    Tasks: ``num_tasks`` distinct words drawn with the run's seed; the first 80% are the
+    train split, the rest the eval split.
+    """
 
     name = "toy"
+    Options = ToyOptions
     default_rewards = {"char-f1": 1.0, "exact-match": 1.0}
 
-    def __init__(self, context) -> None:
+    def __init__(self, context: RolloutContext) -> None:
         super().__init__(context)
-        operation = self.context.options.get("operation") or "copy"
-        if operation not in OPERATIONS:
-            raise ConfigError(f"--toy-operation {operation!r}: choose one of {sorted(OPERATIONS)}")
-        count = int(self.context.options.get("num_tasks") or 200)
-        if not 2 <= count <= distinct_words():
-            raise ConfigError(f"--toy-num-tasks {count}: choose 2..{distinct_words()} (both "
-                              f"splits need a task; there are only so many words)")
-        all_tasks = make_tasks(operation, count, seed=int(self.context.config.get("seed", 0)))
+        options: ToyOptions = context.options
+        all_tasks = make_tasks(options.operation, options.num_tasks, seed=context.config.seed)
         cut = int(len(all_tasks) * (1 - EVAL_SHARE))
         self._splits = {"train": all_tasks[:cut], "eval": all_tasks[cut:]}
 
@@ -67,10 +84,3 @@ class StringOperationRollout(Rollout):
 @hookimpl
 def register_rollouts(register):
     register(StringOperationRollout)
-
-
-@hookimpl
-def add_options(group):
-    group.add_argument("--toy-operation", choices=sorted(OPERATIONS), default="copy",
-                       help="what the model must do to the word")
-    group.add_argument("--toy-num-tasks", type=int, default=200, help="distinct words")

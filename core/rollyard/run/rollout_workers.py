@@ -9,10 +9,12 @@ in a worker.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from rollyard.config import ConfigView, RunConfig
 from rollyard.interfaces import RewardContext, RolloutContext
+from rollyard.plugin_options import OptionTables
 from rollyard.plugins import PluginManager
 from rollyard.rewards import RewardSet
 from rollyard.run.collect import CollectSettings, collect_step, placeholder
@@ -23,53 +25,69 @@ from rollyard.types import Sample, SampleStatus, SamplingParams, Task
 class RolloutSpec:
     """Everything a worker needs, as picklable plain data."""
 
-    rollout: str
-    transport: str
+    config: dict[str, Any]  # RunConfig.to_data()
     reward_weights: dict[str, float]
-    options: dict[str, dict[str, Any]]  # plugin (entry-point) name -> its options
     model_dir: str
     engine_urls: list[str]
-    sampling: SamplingParams
-    settings: CollectSettings
-    config: dict[str, Any] = field(default_factory=dict)
-    seed: int = 0
 
 
 class RolloutWorker:
-    """One process running the rollout plugin; wrapped with ``ray.remote`` by the pool."""
+    """One process running the rollout plugin; wrapped with ``ray.remote`` by the pool.
+
+    The worker lists the tasks itself (a rollout's task order is deterministic), so the driver
+    sends task indices, never tasks.
+    """
 
     def __init__(self, spec: RolloutSpec, index: int) -> None:
         from transformers import AutoTokenizer
 
         manager = PluginManager()
-        manager.load_for_run([("rollout", spec.rollout), ("transport", spec.transport)]
-                             + [("reward", name) for name in spec.reward_weights])
+        top = {k: v for k, v in spec.config.items() if not isinstance(v, dict)}
+        wanted = (RunConfig.from_data(top, OptionTables()).wanted_plugins()
+                  + [("reward", name) for name in spec.reward_weights])
+        manager.load_for_run(wanted)
+        config = RunConfig.from_data(spec.config, OptionTables.from_manager(manager))
 
-        def options(kind: str, name: str) -> dict[str, Any]:
-            return dict(spec.options.get(manager.owner(kind, name).name, {}))
+        def options(kind: str, name: str) -> Any:
+            return config.options_for(manager.get(kind, name), manager.owner(kind, name).name)
 
         tokenizer = AutoTokenizer.from_pretrained(spec.model_dir)
-        self.transport = manager.get("transport", spec.transport)(
-            spec.engine_urls, options("transport", spec.transport))
+        self.transport = manager.get("transport", config.transport)(
+            spec.engine_urls, options("transport", config.transport))
         self.rewards = RewardSet(
             {name: manager.get("reward", name)(RewardContext(tokenizer, options("reward", name)))
              for name in spec.reward_weights}, spec.reward_weights)
         context = RolloutContext(
-            config=spec.config, tokenizer=tokenizer, transport=self.transport,
-            rewards=self.rewards, options=options("rollout", spec.rollout),
-            rng=random.Random(f"{spec.seed}-{index}"), sampling=spec.sampling)
-        self.rollout = manager.get("rollout", spec.rollout)(context)
-        self.settings = spec.settings
+            config=ConfigView(config), tokenizer=tokenizer, transport=self.transport,
+            options=options("rollout", config.rollout_plugin),
+            rng=random.Random(f"{config.seed}-{index}"), sampling=run_sampling(config))
+        self.rollout = manager.get("rollout", config.rollout_plugin)(context)
+        self.settings = CollectSettings(config.group_size, config.max_concurrent_groups,
+                                        config.rollout_timeout)
+        self._tasks: dict[str, list[Task]] = {}
 
     def tasks(self, split: str) -> list[Task]:
-        return list(self.rollout.tasks(split))
+        if split not in self._tasks:
+            self._tasks[split] = list(self.rollout.tasks(split))
+        return self._tasks[split]
 
-    async def collect(self, tasks: list[Task]) -> tuple[list[Sample], dict[str, float]]:
+    def num_tasks(self, split: str) -> int:
+        return len(self.tasks(split))
+
+    async def collect(self, indices: list[int]) -> tuple[list[Sample], dict[str, float]]:
+        tasks = [self.tasks("train")[i] for i in indices]
         samples = await collect_step(self.rollout, self.rewards, tasks, self.settings)
         return samples, self.rollout.metrics()
 
     async def close(self) -> None:
         await self.transport.close()
+
+
+def run_sampling(config: RunConfig) -> SamplingParams:
+    """The sampling parameters of a run's rollouts."""
+    return SamplingParams(max_new_tokens=config.max_new_tokens,
+                          temperature=config.temperature, top_p=config.top_p,
+                          top_k=config.top_k)
 
 
 class RolloutPool:
@@ -80,15 +98,15 @@ class RolloutPool:
 
         remote = ray.remote(num_cpus=0, max_concurrency=64)(RolloutWorker)
         self.workers = [remote.remote(spec, i) for i in range(count)]
-        self.group_size = spec.settings.group_size
+        self.group_size = int(spec.config["group_size"])
         ray.get([w.__ray_ready__.remote() for w in self.workers])
 
-    def tasks(self, split: str) -> list[Task]:
+    def num_tasks(self, split: str) -> int:
         import ray
 
-        return ray.get(self.workers[0].tasks.remote(split))
+        return ray.get(self.workers[0].num_tasks.remote(split))
 
-    def collect(self, tasks: list[Task]) -> tuple[list[Sample], dict[str, float]]:
+    def collect(self, tasks: list[int]) -> tuple[list[Sample], dict[str, float]]:
         """Samples of every task (a lost worker's tasks become failed samples) and the mean of
         the workers' environment metrics."""
         import ray
@@ -102,7 +120,8 @@ class RolloutPool:
             try:
                 got, env_metrics = ray.get(ref)
             except ray.exceptions.RayError as exc:
-                samples += [placeholder(task, SampleStatus.FAILED,
+                samples += [placeholder(Task(id=f"train[{task}]", prompt=""),
+                                        SampleStatus.FAILED,
                                         f"rollout worker failed: {type(exc).__name__}: {exc}")
                             for task in share for _ in range(self.group_size)]
                 continue

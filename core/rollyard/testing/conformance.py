@@ -18,16 +18,24 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rollyard.errors import EngineAborted, PluginError, SampleError, TransportError
+from rollyard.config import ConfigView, RunConfig
+from rollyard.errors import (
+    EngineAborted,
+    PluginError,
+    RollyardError,
+    SampleError,
+    TransportError,
+)
 from rollyard.interfaces import RewardContext, Rollout, RolloutContext
-from rollyard.options import DEST_SEPARATOR, plugin_options
+from rollyard.options import construct_options, options_data
 from rollyard.plugins import PluginManager, PluginWarning
 from rollyard.rewards import RewardSet
 from rollyard.run.collect import checked
+from rollyard.run.rollout_workers import run_sampling
 from rollyard.testing.fakes import SCRIPTED_URL, Reply, ScriptedTransport, tiny_tokenizer
 from rollyard.testing.report import ConformanceReport
-from rollyard.train_options import add_core_train_options
-from rollyard.types import Sample, SampleStatus, SamplingParams, Task
+from rollyard.train_flags import TrainFlags
+from rollyard.types import Sample, SampleStatus, Task
 
 SPLITS = ("train", "eval")
 USABLE = (SampleStatus.COMPLETED, SampleStatus.TRUNCATED)
@@ -81,26 +89,28 @@ def check_plugin(plugin: str | object, *, name: str | None = None,
                               for kind, names in record.registers.items()) or "nothing"
         report.add("registration", "pass", f"{where} (distribution {record.distribution!r}) "
                    f"implements {', '.join(record.hooks)}; registers {registers}")
-    declared = _check_options(report, manager, label, list(argv))
-    if declared is None:
+    run_config = _check_options(report, manager, label, list(argv))
+    if run_config is None:
         return report
-    merged = {**declared, **(options or {})}
     rollouts = record.registers.get("rollout", [])
     for rollout_name in rollouts:
+        rollout_cls = manager.get("rollout", rollout_name)
         report.extend(check_rollout(
-            manager.get("rollout", rollout_name), options=merged, tokenizer=tokenizer,
-            config=config, replies=replies, plugin=label, group_size=group_size,
-            timeout_s=timeout_s, manager=manager))
+            rollout_cls, options=_with(run_config.options_for(rollout_cls, label), options),
+            tokenizer=tokenizer, config=config, replies=replies, plugin=label,
+            group_size=group_size, timeout_s=timeout_s, manager=manager))
     if not rollouts:
         report.add("rollouts", "skip", f"{where} registers no rollout")
     scored = {r for n in rollouts for r in manager.get("rollout", n).default_rewards}
     for reward_name in record.registers.get("reward", []):
         if reward_name not in scored:
-            _check_reward_builds(report, where, manager, reward_name, merged, tokenizer)
+            reward_options = _with(
+                run_config.options_for(manager.get("reward", reward_name), label), options)
+            _check_reward_builds(report, where, manager, reward_name, reward_options, tokenizer)
     return report
 
 
-def check_rollout(rollout_cls: type[Rollout], *, options: Mapping[str, Any] | None = None,
+def check_rollout(rollout_cls: type[Rollout], *, options: Any = None,
                   tokenizer: Any = None, config: Mapping[str, Any] | None = None,
                   replies: Sequence[Reply] = (), plugin: str | None = None,
                   group_size: int = 3, timeout_s: float = 60.0,
@@ -108,13 +118,17 @@ def check_rollout(rollout_cls: type[Rollout], *, options: Mapping[str, Any] | No
     """Check one rollout class: construction, task splits, groups against a scripted engine,
     sample validity, default rewards, and aborts/transport errors becoming samples.
 
-    ``options`` are what the rollout finds in ``context.options``; default rewards are looked
-    up in ``manager`` first, then among the installed plugins.
+    ``options`` are what the rollout finds in ``context.options`` (an instance of its
+    ``Options`` class, default when None; a dict for ``add_options`` plugins); ``config``
+    overrides core options of the run config (``{"seed": 3}``). Default rewards are looked up
+    in ``manager`` first, then among the installed plugins.
     """
     label = plugin or rollout_cls.name or rollout_cls.__qualname__
-    checker = _RolloutChecker(rollout_cls, label, dict(options or {}),
+    if options is None and getattr(rollout_cls, "Options", None) is not None:
+        options = rollout_cls.Options()
+    checker = _RolloutChecker(rollout_cls, label, options if options is not None else {},
                               tiny_tokenizer() if tokenizer is None else tokenizer,
-                              {**core_defaults(), **(config or {})}, list(replies),
+                              RunConfig().replace(**dict(config or {})), list(replies),
                               group_size, timeout_s)
     checker.run(manager)
     return checker.report
@@ -122,41 +136,52 @@ def check_rollout(rollout_cls: type[Rollout], *, options: Mapping[str, Any] | No
 
 def core_defaults() -> dict[str, Any]:
     """The run config a rollout sees when ``rollyard train`` is given no options."""
-    parser = argparse.ArgumentParser(add_help=False)
-    add_core_train_options(parser)
-    return vars(parser.parse_args([]))
+    return RunConfig().to_data()
+
+
+def _with(options: Any, overrides: Mapping[str, Any] | None) -> Any:
+    """``options`` with ``overrides`` (by option name) applied, typed or dict alike."""
+    if not overrides:
+        return options
+    if isinstance(options, Mapping):
+        return {**options, **overrides}
+    prefix = getattr(options, "__qualname__", type(options).__name__)
+    return construct_options(type(options), prefix, {**options_data(options), **overrides})
 
 
 def _check_options(report: ConformanceReport, manager: PluginManager, label: str,
-                   argv: list[str]) -> dict[str, Any] | None:
-    """Add the plugin's options to a ``train`` parser beside the core's; parse ``argv``."""
-    parser = argparse.ArgumentParser(prog="rollyard train", add_help=False)
-    add_core_train_options(parser)
+                   argv: list[str]) -> RunConfig | None:
+    """Build the ``train`` flags with the plugin's options beside the core's; parse ``argv``
+    into the run config a run would get."""
+    parser = argparse.ArgumentParser(prog="rollyard train", add_help=False, allow_abbrev=False)
     where = f"plugin {label!r}"
     try:
-        manager.hooks.add_options(parser, plugins=[label])
+        flags = TrainFlags(parser, manager)
     except PluginError as exc:
         report.add("options", "fail", f"{where}: {exc}")
         return None
     except Exception as exc:
-        report.add("options", "fail", f"{where}: add_options raised {type(exc).__name__}: {exc}")
+        report.add("options", "fail", f"{where}: declaring options raised "
+                   f"{type(exc).__name__}: {exc}")
         return None
-    head = f"{label}{DEST_SEPARATOR}"
-    flags = [f for a in parser._actions if a.dest.startswith(head) for f in a.option_strings]
     try:
-        declared = plugin_options(parser.parse_args(argv), label)
+        run_config = flags.config(parser.parse_args(argv), argv)
     except SystemExit:
         report.add("options", "fail", f"{where}: `rollyard train {' '.join(argv)}` does not "
                    "parse (see the usage error above); without arguments, every plugin option "
                    "needs a default")
         return None
-    report.add("options", "pass", f"{where} declares {', '.join(flags)}" if flags
+    except RollyardError as exc:
+        report.add("options", "fail", f"{where}: {exc}")
+        return None
+    declared = flags.plugin_flags()
+    report.add("options", "pass", f"{where} declares {', '.join(declared)}" if declared
                else f"{where} declares no options")
-    return declared
+    return run_config
 
 
 def _check_reward_builds(report: ConformanceReport, where: str, manager: PluginManager,
-                         name: str, options: dict[str, Any], tokenizer: Any) -> None:
+                         name: str, options: Any, tokenizer: Any) -> None:
     check = f"reward {name!r}"
     try:
         manager.get("reward", name)(RewardContext(tokenizer, options))
@@ -171,8 +196,8 @@ def _check_reward_builds(report: ConformanceReport, where: str, manager: PluginM
 class _RolloutChecker:
     """Runs the rollout checks in order; later checks need what earlier ones produced."""
 
-    def __init__(self, rollout_cls: type[Rollout], plugin: str, options: dict[str, Any],
-                 tokenizer: Any, config: dict[str, Any], replies: list[Reply],
+    def __init__(self, rollout_cls: type[Rollout], plugin: str, options: Any,
+                 tokenizer: Any, config: RunConfig, replies: list[Reply],
                  group_size: int, timeout_s: float) -> None:
         self.cls, self.options, self.config = rollout_cls, options, config
         self.tokenizer = tokenizer
@@ -190,8 +215,8 @@ class _RolloutChecker:
 
     def run(self, manager: PluginManager | None) -> None:
         rewards = self.reward_set(manager)
-        first = self.build(rewards)
-        second = first and self.build(rewards)
+        first = self.build()
+        second = first and self.build()
         if not first or not second:
             return
         (rollout, transport), (again, _) = first, second
@@ -220,7 +245,9 @@ class _RolloutChecker:
                 missing.append(name)
                 continue
             cls, owner, owner_options = found
-            options = self.options if owner == self.plugin else owner_options
+            shares = owner == self.plugin and getattr(cls, "Options", None) is getattr(
+                self.cls, "Options", None)
+            options = self.options if shares else owner_options
             try:
                 rewards[name] = cls(RewardContext(self.tokenizer, options))
             except Exception as exc:
@@ -233,16 +260,13 @@ class _RolloutChecker:
             return None
         return RewardSet(rewards, weights)
 
-    def build(self, rewards: RewardSet | None) -> tuple[Rollout, ScriptedTransport] | None:
+    def build(self) -> tuple[Rollout, ScriptedTransport] | None:
         transport = ScriptedTransport(self.replies, tokenizer=self.tokenizer)
+        options = dict(self.options) if isinstance(self.options, Mapping) else self.options
         context = RolloutContext(
-            config=dict(self.config), tokenizer=self.tokenizer, transport=transport,
-            rewards=rewards if rewards is not None else RewardSet({}, {}),
-            options=dict(self.options), rng=random.Random(int(self.config.get("seed") or 0)),
-            sampling=SamplingParams(max_new_tokens=int(self.config.get("max_new_tokens", 16)),
-                                    temperature=float(self.config.get("temperature", 1.0)),
-                                    top_p=float(self.config.get("top_p", 1.0)),
-                                    top_k=int(self.config.get("top_k", -1))))
+            config=ConfigView(self.config), tokenizer=self.tokenizer, transport=transport,
+            options=options, rng=random.Random(self.config.seed),
+            sampling=run_sampling(self.config))
         try:
             return self.cls(context), transport
         except Exception as exc:
@@ -403,9 +427,8 @@ class _RolloutChecker:
             self.add("metrics", True, f"{sorted(values) or 'no metrics'}")
 
 
-def _find_reward(name: str, manager: PluginManager | None
-                 ) -> tuple[type, str, dict[str, Any]] | None:
-    """A reward class, the plugin that registered it and that plugin's option defaults."""
+def _find_reward(name: str, manager: PluginManager | None) -> tuple[type, str, Any] | None:
+    """A reward class, the plugin that registered it and that plugin's default options."""
     if manager is None or name not in manager.registry["reward"]:
         manager = PluginManager(environ={})
         with warnings.catch_warnings():
@@ -415,8 +438,9 @@ def _find_reward(name: str, manager: PluginManager | None
             return None
     owner = manager.owner("reward", name).name
     parser = argparse.ArgumentParser(add_help=False)
-    manager.hooks.add_options(parser, plugins=[owner])
-    return manager.get("reward", name), owner, plugin_options(parser.parse_args([]), owner)
+    defaults = TrainFlags(parser, manager).config(parser.parse_args([]), [])
+    cls = manager.get("reward", name)
+    return cls, owner, defaults.options_for(cls, owner)
 
 
 def _task_problems(tasks: list[Any]) -> list[str]:

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
+from types import SimpleNamespace
 
-from rollyard import Command
+from rollyard import Command, ConfigError
+from rollyard.options import add_spec_arguments, construct_options, option_specs
 
-DEFAULT_MAX_BATCH_SIZE = 64
-#: One torch thread: tiny models gain nothing from more, and on a small machine a second
-#: thread spin-waits for a core the HTTP side needs (measured: 10-20x slower at 1-16 requests
-#: on 2 cores).
-DEFAULT_THREADS = 1
+from rollyard_plugins.embedded_engine.options import SERVER_OPTIONS, EmbeddedOptions
+
+
+def server_specs() -> list:
+    """The server's share of the engine options, as flags without a prefix."""
+    return [s for s in option_specs(EmbeddedOptions, "") if s.name in SERVER_OPTIONS]
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,17 +22,10 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Hugging Face model folder (e.g. from `rollyard init-model`)")
     parser.add_argument("--port", type=int, default=30000, help="TCP port (default: 30000)")
     parser.add_argument("--host", default="127.0.0.1", help="address (default: 127.0.0.1)")
-    parser.add_argument("--max-batch-size", type=int, default=DEFAULT_MAX_BATCH_SIZE,
-                        help="most sequences decoded together (default: %(default)s)")
-    parser.add_argument("--weight-update-policy", choices=("wait", "abort"), default="wait",
-                        help="on /update_weights_from_disk, let running requests finish on the "
-                             "old weights (wait) or end them with finish reason abort")
-    parser.add_argument("--threads", type=int, default=DEFAULT_THREADS,
-                        help="torch CPU threads for the model; 0 = torch's choice "
-                             "(default: %(default)s)")
+    add_spec_arguments(parser, server_specs(), dest_is_name=True)
 
 
-def serve_from_args(args: argparse.Namespace) -> int:
+def serve_from_args(args: SimpleNamespace) -> int:
     """Run the server until SIGINT/SIGTERM; return the exit status."""
     import asyncio
     import pathlib
@@ -40,8 +36,11 @@ def serve_from_args(args: argparse.Namespace) -> int:
         print(f"error: --model {args.model}: no config.json there; build a model with "
               "`rollyard init-model DIR`", file=sys.stderr)
         return 2
-    if args.max_batch_size < 1:
-        print("error: --max-batch-size must be at least 1", file=sys.stderr)
+    try:
+        options = construct_options(EmbeddedOptions, "embedded",
+                                    {name: getattr(args, name) for name in SERVER_OPTIONS})
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     from transformers.utils import logging as hf_logging
 
@@ -55,8 +54,8 @@ def serve_from_args(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, task.cancel)
-        await serve(args.model, args.host, args.port, args.max_batch_size,
-                    args.weight_update_policy, args.threads)
+        await serve(args.model, args.host, args.port, options.max_batch_size,
+                    options.weight_update_policy, options.threads)
 
     try:
         asyncio.run(main())
@@ -78,5 +77,5 @@ class EngineCommand(Command):
             description="Serve SGLang's /generate, /health, /get_model_info, "
                         "/update_weights_from_disk, /flush_cache and /abort_request."))
 
-    def run(self, args: argparse.Namespace) -> int:
+    def run(self, args: SimpleNamespace) -> int:
         return serve_from_args(args)

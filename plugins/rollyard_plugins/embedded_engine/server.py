@@ -15,8 +15,8 @@ from typing import Any
 
 from aiohttp import web
 
-from rollyard_plugins.embedded_engine.command import DEFAULT_MAX_BATCH_SIZE, DEFAULT_THREADS
 from rollyard_plugins.embedded_engine.model_runner import ModelRunner
+from rollyard_plugins.embedded_engine.options import EmbeddedOptions
 from rollyard_plugins.embedded_engine.protocol import (
     BadRequest,
     ParsedPrompt,
@@ -35,8 +35,9 @@ def _error(message: str, status: int = 400) -> web.Response:
 class EngineServer:
     """Routes SGLang's endpoints to one model and its scheduler."""
 
-    def __init__(self, model_dir: str, max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
-                 weight_update_policy: str = "wait", threads: int = DEFAULT_THREADS) -> None:
+    def __init__(self, model_dir: str, max_batch_size: int = EmbeddedOptions.max_batch_size,
+                 weight_update_policy: str = "wait",
+                 threads: int = EmbeddedOptions.threads) -> None:
         from transformers import AutoTokenizer
 
         self.model_dir = str(pathlib.Path(model_dir).resolve())
@@ -172,8 +173,9 @@ class EngineServer:
 
 
 async def serve(model_dir: str, host: str, port: int,
-                max_batch_size: int = DEFAULT_MAX_BATCH_SIZE, weight_update_policy: str = "wait",
-                threads: int = DEFAULT_THREADS) -> None:
+                max_batch_size: int = EmbeddedOptions.max_batch_size,
+                weight_update_policy: str = "wait",
+                threads: int = EmbeddedOptions.threads) -> None:
     """Load the model, then serve until cancelled. Prints one ``ready`` line when listening."""
     server = EngineServer(model_dir, max_batch_size, weight_update_policy, threads)
     # handler_cancellation: a client that hangs up (e.g. a transport timeout) frees its slot.

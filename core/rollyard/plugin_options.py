@@ -1,0 +1,115 @@
+"""Which plugin owns which options: typed ``Options`` classes on registered classes, and the
+``add_options`` hook of plugins written before them."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from rollyard.errors import PluginError
+from rollyard.options import LegacyOption, OptionSpec, add_spec_arguments, option_specs
+
+if TYPE_CHECKING:
+    from rollyard.plugins import PluginManager
+
+#: Commands parse their own arguments; every other kind of class may declare typed options.
+NO_OPTIONS_KINDS = ("command",)
+
+
+def options_prefix(cls: type) -> str:
+    """The table name and flag prefix of a class's typed options: ``options_prefix`` if set,
+    else its registered ``name``."""
+    return getattr(cls, "options_prefix", "") or cls.name
+
+
+@dataclass
+class TypedTable:
+    """A typed ``Options`` class and the registered classes that share it."""
+
+    prefix: str
+    options_cls: type
+    owners: list[str] = field(default_factory=list)
+    plugin: str = ""
+
+    @property
+    def specs(self) -> list[OptionSpec]:
+        return option_specs(self.options_cls, self.prefix)
+
+
+@dataclass
+class LegacyTable:
+    """Options a plugin declared with the ``add_options`` hook."""
+
+    plugin: str
+    options: list[LegacyOption]
+
+    def defaults(self) -> dict[str, Any]:
+        return {o.name: o.action.default for o in self.options}
+
+
+@dataclass
+class OptionTables:
+    """Every option table of the loaded plugins, keyed by table name (flag prefix)."""
+
+    typed: dict[str, TypedTable] = field(default_factory=dict)
+    legacy: dict[str, LegacyTable] = field(default_factory=dict)
+
+    @classmethod
+    def from_manager(cls, manager: PluginManager,
+                     parser: argparse.ArgumentParser | None = None,
+                     plugins: Iterable[str] | None = None) -> OptionTables:
+        """Collect the tables; legacy options are added to ``parser`` (a throwaway one if
+        None). ``plugins`` limits both to those plugins (entry-point names)."""
+        tables = cls()
+        wanted = None if plugins is None else set(plugins)
+        for kind in manager.registry:
+            if kind in NO_OPTIONS_KINDS:
+                continue
+            for name in manager.names(kind):
+                record = manager.owner(kind, name)
+                option_cls = getattr(manager.get(kind, name), "Options", None)
+                if option_cls is None or (wanted is not None and record.name not in wanted):
+                    continue
+                tables.add_typed(manager.get(kind, name), kind, record.name)
+        groups = manager.hooks.add_options(parser or argparse.ArgumentParser(add_help=False),
+                                           plugins=wanted)
+        for plugin, group in groups.items():
+            if plugin in tables.typed and tables.typed[plugin].plugin != plugin:
+                raise PluginError(f"option table {plugin!r} is declared by plugin {plugin!r} "
+                                  f"(add_options) and by {tables.typed[plugin].owners}")
+            tables.legacy[plugin] = LegacyTable(plugin, group.declared)
+        return tables
+
+    def add_typed(self, cls: type, kind: str, plugin: str) -> None:
+        prefix = options_prefix(cls)
+        owner = f"{kind} {cls.name!r}"
+        table = self.typed.get(prefix)
+        if table is None:
+            option_specs(cls.Options, prefix)  # a bad declaration fails here, naming it
+            self.typed[prefix] = TypedTable(prefix, cls.Options, [owner], plugin)
+        elif table.options_cls is not cls.Options:
+            raise PluginError(f"options --{prefix}-* are declared twice: by {table.owners} "
+                              f"({table.options_cls.__qualname__}) and by {owner} "
+                              f"({cls.Options.__qualname__}); share one Options class or set "
+                              "options_prefix", entry_point=plugin)
+        else:
+            table.owners.append(owner)
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """Add the typed tables' flags, one group per table (legacy ones are already there)."""
+        for prefix, table in sorted(self.typed.items()):
+            group = parser.add_argument_group(f"{prefix} (plugin options)")
+            add_spec_arguments(group, table.specs)
+
+    def names(self) -> set[str]:
+        return set(self.typed) | set(self.legacy)
+
+
+def options_for(cls: type, plugin: str, values: Mapping[str, Any]) -> Any:
+    """What a registered class receives as its options: its typed table's instance, or the
+    dict of its plugin's legacy options."""
+    if getattr(cls, "Options", None) is not None:
+        return values[options_prefix(cls)]
+    return dict(values.get(plugin, {}))

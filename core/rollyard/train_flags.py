@@ -1,0 +1,71 @@
+"""The flags of ``rollyard train``, derived from the typed declarations of the core's options
+(:class:`rollyard.config.RunConfig`) and of every loaded plugin's, and the RunConfig they give."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from rollyard.config import Layer, RunConfig, build_run_config, core_specs, load_toml
+from rollyard.options import add_spec_arguments
+from rollyard.plugin_options import OptionTables
+from rollyard.plugins import PluginManager
+
+
+class TrainFlags:
+    """The ``train`` parser's flags: the core's and every loaded plugin's, derived from their
+    typed declarations (legacy ``add_options`` plugins add theirs through the hook)."""
+
+    def __init__(self, parser: argparse.ArgumentParser, manager: PluginManager) -> None:
+        parser.add_argument("--config", metavar="TOML", default=None,
+                            help="read options from a run.toml; flags win (default: none)")
+        self.actions = []
+        groups: dict[str, list] = {}
+        for spec in core_specs():
+            groups.setdefault(spec.group or "run", []).append(spec)
+        for title, specs in groups.items():
+            self.actions += add_spec_arguments(parser.add_argument_group(title), specs)
+        self.tables = OptionTables.from_manager(manager, parser)
+        for table in self.tables.typed.values():
+            self.actions += add_spec_arguments(
+                parser.add_argument_group(f"{table.prefix} (plugin options)"), table.specs)
+        self.actions += [o.action for t in self.tables.legacy.values() for o in t.options]
+
+    def plugin_flags(self) -> list[str]:
+        """The flags the loaded plugins declare."""
+        typed = [spec.flag for table in self.tables.typed.values() for spec in table.specs]
+        legacy = [flag for table in self.tables.legacy.values() for o in table.options
+                  for flag in o.action.option_strings]
+        return typed + legacy
+
+    def config(self, args: argparse.Namespace, argv: Sequence[str]) -> RunConfig:
+        """The RunConfig of defaults, ``--config`` and the flags given in ``argv``."""
+        layers: list[Layer] = []
+        if args.config:
+            layers.append((args.config, load_toml(args.config)))
+        given = {action.dest: getattr(args, action.dest) for action in self.actions
+                 if _given(action, argv) and hasattr(args, action.dest)}
+        return build_run_config(self.tables, layers, given)
+
+
+def _given(action: argparse.Action, argv: Sequence[str]) -> bool:
+    """Whether ``argv`` names the option (abbreviations are off for ``train``)."""
+    return any(token == flag or token.startswith(flag + "=")
+               for token in argv for flag in action.option_strings)
+
+
+def train_argv_plugins(argv: Sequence[str]) -> list[tuple[str, str]] | None:
+    """For ``rollyard train`` (without --help), the plugins the run selects."""
+    if not argv or argv[0] != "train" or "-h" in argv or "--help" in argv:
+        return None
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre.add_argument("--config", default=None)
+    actions = add_spec_arguments(pre, core_specs())
+    known, _ = pre.parse_known_args(argv[1:])
+    layers: list[Layer] = []
+    if known.config:
+        top = {k: v for k, v in load_toml(known.config).items() if not isinstance(v, dict)}
+        layers.append((known.config, top))
+    given = {a.dest: getattr(known, a.dest) for a in actions
+             if _given(a, argv) and hasattr(known, a.dest)}
+    return build_run_config(OptionTables(), layers, given).wanted_plugins()
