@@ -5,6 +5,7 @@ Plugins import only from this module::
     from rollyard import hookimpl, Rollout, Sample, Task
 """
 
+from rollyard.algorithms import Algorithm
 from rollyard.errors import (
     ConfigError,
     EngineAborted,
@@ -39,6 +40,7 @@ from rollyard.types import (
 )
 
 __all__ = [
+    "Algorithm",
     "Command",
     "ConfigError",
     "Engine",

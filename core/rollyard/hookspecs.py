@@ -74,6 +74,16 @@ def register_commands(register: Register) -> None:
 
 
 @hookspec
+def register_algorithms(register: Register) -> None:
+    """Register RL algorithms: classes derived from :class:`rollyard.Algorithm`.
+
+    Called once, when the plugin is loaded, in the driver and in every training rank.
+    ``--algorithm NAME`` selects one; it owns the advantage estimate and the policy loss.
+    Returns nothing.
+    """
+
+
+@hookspec
 def add_options(group: PluginOptionGroup) -> None:
     """Add this plugin's own options to ``group``, an argparse group titled with its name.
 

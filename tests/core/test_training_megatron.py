@@ -55,13 +55,13 @@ def hf_logprobs(model_dir: str | Path, samples: list[Sample],
 def hf_policy_grad_norm(model_dir: str | Path, samples: list[Sample],
                         temperature: float) -> float:
     """Gradient norm of the on-policy PPO loss, -sum(A * logprob) / tokens, in transformers."""
-    from rollyard.training.algorithm import grpo_advantages
+    from rollyard.algorithms import group_centred
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
-    advantages = grpo_advantages([s.reward for s in samples], [s.group_id for s in samples])
+    advantages = group_centred([s.reward for s in samples], [s.group_id for s in samples])
     tokens = sum(s.response_len for s in samples)
-    for s, advantage in zip(samples, advantages.values):
+    for s, advantage in zip(samples, advantages):
         logits = model(torch.tensor([s.tokens])).logits[0, s.prompt_len - 1: -1] / temperature
         chosen = torch.log_softmax(logits, -1).gather(-1, torch.tensor(s.response_ids)[:, None])
         (-(advantage * chosen.sum()) / tokens).backward()

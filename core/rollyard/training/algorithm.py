@@ -1,60 +1,32 @@
-"""GRPO advantages and the PPO-clip policy loss (with optional KL and entropy terms).
+"""The trainer's side of an algorithm: recomputed logprobs, loading the plugin, and the loss of
+one micro-batch around the plugin's per-token policy loss.
 
 Log-probabilities follow the engine's definition: the log-probability of the sampled token
 under ``log_softmax(logits / temperature)``, so a freshly synced policy reproduces the rollout
 logprobs and the PPO ratio starts at one.
+
+Truncated importance sampling (``tis_cap``, Yao et al. 2025, "Your efficient RL framework
+secretly brings you off-policy RL training"): the engine samples from ``π_engine``, which
+differs from the trainer's ``π_old`` (other kernels, bf16, stale weights). Each token's policy
+loss is weighted by ``min(π_old / π_engine, C)`` and the algorithm's ratio is taken against
+``π_old``. One optimizer step is taken per batch, so ``π_old`` is this step's own forward pass,
+detached: no second forward is needed.
 """
 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-ZERO_VARIANCE_STD = 1e-8
+from rollyard.algorithms import Algorithm, PolicyLossInput, StepInfo, ppo_clip
+from rollyard.errors import ConfigError
 
-
-@dataclass
-class Advantages:
-    """Per-sample GRPO advantages; ``keep`` is False for samples of filtered groups."""
-
-    values: list[float]
-    keep: list[bool]
-    num_groups: int
-    num_groups_filtered: int
-
-
-def grpo_advantages(rewards: list[float], group_ids: list[str], *,
-                    filter_zero_variance: bool = True, scale_by_std: bool = True,
-                    eps: float = 1e-6) -> Advantages:
-    """Group-normalised advantages ``(r - mean_g) / (std_g + eps)`` (population std).
-
-    A group whose rewards are all equal carries no learning signal; with
-    ``filter_zero_variance`` its samples are dropped, otherwise their advantage is zero.
-    """
-    if len(rewards) != len(group_ids):
-        raise ValueError(f"{len(rewards)} rewards for {len(group_ids)} group ids")
-    members: dict[str, list[int]] = defaultdict(list)
-    for index, group in enumerate(group_ids):
-        members[group].append(index)
-    values = [0.0] * len(rewards)
-    keep = [True] * len(rewards)
-    filtered = 0
-    for indices in members.values():
-        group_rewards = [rewards[i] for i in indices]
-        mean = sum(group_rewards) / len(group_rewards)
-        std = math.sqrt(sum((r - mean) ** 2 for r in group_rewards) / len(group_rewards))
-        if std < ZERO_VARIANCE_STD and filter_zero_variance:
-            filtered += 1
-            for i in indices:
-                keep[i] = False
-            continue
-        for i in indices:
-            centred = rewards[i] - mean
-            values[i] = centred / (std + eps) if scale_by_std else centred
-    return Advantages(values, keep, len(members), filtered)
+if TYPE_CHECKING:
+    from rollyard.plugins import PluginManager, PluginRecord
+    from rollyard.training.config import TrainConfig
 
 
 def token_logprobs(logits: torch.Tensor, targets: torch.Tensor,
@@ -69,9 +41,56 @@ def token_logprobs(logits: torch.Tensor, targets: torch.Tensor,
     return chosen, entropy
 
 
+# --------------------------------------------------------------------------- the plugin
+
+
+def algorithm_options(cls: type[Algorithm], config: TrainConfig) -> Any:
+    """``cls.Options`` built from ``config.algorithm_options``; ConfigError naming the option.
+
+    ``config.clip_eps`` (the pre-plugin ``--clip-eps``) fills a ``clip_eps`` option the
+    dictionary leaves out.
+    """
+    values = dict(config.algorithm_options)
+    known = {f.name for f in fields(cls.Options)}
+    if config.clip_eps is not None and "clip_eps" in known:
+        values.setdefault("clip_eps", config.clip_eps)
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(f"algorithm {cls.name!r} has no option(s) {', '.join(unknown)}; "
+                          f"its options are: {', '.join(sorted(known)) or 'none'}")
+    try:
+        return cls.Options(**values)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"algorithm {cls.name!r}: {exc}") from None
+
+
+def load_algorithm(config: TrainConfig, manager: PluginManager | None = None,
+                   ) -> tuple[Algorithm, PluginRecord]:
+    """The algorithm ``config.algorithm`` resolved through this process's entry points, built
+    from its options, and the plugin that registered it (for error messages).
+
+    UnknownPluginError (with the nearest name) when no plugin registers that name.
+    """
+    from rollyard.plugins import PluginManager
+
+    manager = manager or PluginManager()
+    manager.load_for_run([("algorithm", config.algorithm)])
+    cls = manager.get("algorithm", config.algorithm)
+    return cls(algorithm_options(cls, config)), manager.owner("algorithm", config.algorithm)
+
+
+# --------------------------------------------------------------------------- the loss
+
+
+class LossProblem(Exception):
+    """The algorithm's loss for a micro-batch cannot be used; the step must not be applied."""
+
+
 @dataclass
 class LossTerms:
-    """Sums over masked tokens (not means), so micro-batches and ranks can be added up."""
+    """One micro-batch: ``loss`` is its share of the step loss (the shares of all micro-batches
+    and ranks add up to it); ``policy_loss`` likewise; the rest are sums over trained tokens,
+    except ``tis_ratio_max``."""
 
     loss: torch.Tensor
     policy_loss: float
@@ -80,42 +99,111 @@ class LossTerms:
     clip_fraction: float
     logprob_mismatch: float
     tokens: float
+    tis_ratio: float = 0.0
+    tis_truncated: float = 0.0
+    tis_ratio_max: float = 0.0
+
+
+def truncated_is_weights(trainer_logprobs: torch.Tensor, engine_logprobs: torch.Tensor,
+                         mask: torch.Tensor, cap: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(min(ratio, cap), ratio)`` with ``ratio = exp(trainer - engine)`` per token, detached;
+    1 on untrained tokens (padding carries no engine logprob)."""
+    with torch.no_grad():
+        ratio = torch.where(mask > 0, torch.exp(trainer_logprobs - engine_logprobs),
+                            torch.ones_like(trainer_logprobs))
+        return ratio.clamp(max=cap), ratio
+
+
+def _regularisers(logprobs: torch.Tensor, mask: torch.Tensor, entropy: torch.Tensor | None,
+                  ref_logprobs: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token sums of the k3 KL estimate ``exp(ref - lp) - (ref - lp) - 1`` (non-negative,
+    unbiased for KL(π || ref)) and of the entropy; zeros where not given."""
+    kl_sum = torch.zeros((), device=logprobs.device)
+    entropy_sum = torch.zeros((), device=logprobs.device)
+    if ref_logprobs is not None:
+        delta = ref_logprobs - logprobs
+        kl_sum = ((torch.exp(delta) - delta - 1.0) * mask).sum()
+    if entropy is not None:
+        entropy_sum = (entropy * mask).sum()
+    return kl_sum, entropy_sum
+
+
+def micro_batch_loss(algorithm: Algorithm, logprobs: torch.Tensor,
+                     engine_logprobs: torch.Tensor, advantages: torch.Tensor,
+                     mask: torch.Tensor, step: StepInfo, *, entropy: torch.Tensor | None = None,
+                     entropy_coef: float = 0.0, ref_logprobs: torch.Tensor | None = None,
+                     kl_coef: float = 0.0, tis_cap: float | None = None) -> LossTerms:
+    """The algorithm's policy loss (TIS-weighted when ``tis_cap`` is set, aggregated as the
+    algorithm says) plus ``kl_coef ×`` KL and minus ``entropy_coef ×`` entropy, both means over
+    the step's tokens. All tensors are [b, s]; ``entropy`` and ``ref_logprobs`` are reported
+    when given and enter the loss only with a non-zero coefficient.
+
+    LossProblem when the algorithm raises, returns a per-token loss of the wrong shape, or
+    yields a loss that is not a finite scalar.
+    """
+    mask = mask.to(logprobs.dtype)
+    old = engine_logprobs
+    weights = ratio = None
+    if tis_cap is not None:
+        old = logprobs.detach()
+        weights, ratio = truncated_is_weights(old, engine_logprobs, mask, tis_cap)
+    batch = PolicyLossInput(logprobs, old, advantages, mask, entropy=entropy,
+                            ref_logprobs=ref_logprobs)
+    try:
+        out = algorithm.policy_loss(batch)
+        per_token = out.per_token
+        if not isinstance(per_token, torch.Tensor) or per_token.shape != mask.shape:
+            shape = tuple(per_token.shape) if isinstance(per_token, torch.Tensor) else per_token
+            raise LossProblem(f"policy_loss returned a per-token loss of shape {shape!r}; "
+                              f"expected the batch's shape {tuple(mask.shape)}")
+        if weights is not None:
+            per_token = per_token * weights
+        policy = algorithm.aggregate(per_token, mask, step)
+    except LossProblem:
+        raise
+    except Exception as exc:
+        raise LossProblem(f"the policy loss raised {type(exc).__name__}: {exc}") from exc
+    if not isinstance(policy, torch.Tensor) or policy.dim() != 0:
+        shape = tuple(policy.shape) if isinstance(policy, torch.Tensor) else type(policy).__name__
+        raise LossProblem(f"the policy loss is not a scalar (shape {shape})")
+    value = float(policy.detach())
+    if not math.isfinite(value):
+        raise LossProblem(f"the policy loss is {value}")
+    kl_sum, entropy_sum = _regularisers(logprobs, mask, entropy, ref_logprobs)
+    tokens = max(step.tokens, 1.0)
+    loss = policy
+    if ref_logprobs is not None and kl_coef:
+        loss = loss + kl_coef * kl_sum / tokens
+    if entropy is not None and entropy_coef:
+        loss = loss - entropy_coef * entropy_sum / tokens
+    with torch.no_grad():
+        clipped = out.clipped
+        clip_sum = 0.0 if clipped is None else float((clipped.to(mask.dtype) * mask).sum())
+        mismatch = float(((logprobs - engine_logprobs).abs() * mask).sum())
+    terms = LossTerms(loss=loss, policy_loss=value, kl=float(kl_sum.detach()),
+                      entropy=float(entropy_sum.detach()), clip_fraction=clip_sum,
+                      logprob_mismatch=mismatch, tokens=float(mask.sum()))
+    if ratio is not None:
+        terms.tis_ratio = float((ratio * mask).sum())
+        terms.tis_truncated = float(((ratio > tis_cap).to(mask.dtype) * mask).sum())
+        terms.tis_ratio_max = float((ratio * mask).max()) if mask.any() else 0.0
+    return terms
 
 
 def ppo_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
                   mask: torch.Tensor, *, clip_eps: float, entropy: torch.Tensor | None = None,
                   entropy_coef: float = 0.0, ref_logprobs: torch.Tensor | None = None,
                   kl_coef: float = 0.0) -> LossTerms:
-    """PPO-clip on the rollout logprobs, minus an entropy bonus, plus a KL penalty.
-
-    All tensors are [b, s]; ``mask`` is 1 on trained tokens. ``entropy`` and ``ref_logprobs``
-    are always reported when given and enter the loss only with a non-zero coefficient. The
-    loss returned is the *sum* over masked tokens; the caller divides by the batch's total
-    token count. KL uses the k3
-    estimator ``exp(ref - lp) - (ref - lp) - 1`` (non-negative, unbiased for KL(pi || ref)).
-    """
+    """GRPO's loss as *sums* over masked tokens, without a plugin (kept for
+    ``benchmarks/train_step.py``; the trainer uses :func:`micro_batch_loss`)."""
     mask = mask.to(logprobs.dtype)
-    log_ratio = logprobs - old_logprobs
-    ratio = torch.exp(log_ratio)
-    unclipped = ratio * advantages
-    clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * advantages
-    per_token = -torch.minimum(unclipped, clipped)
-    policy = (per_token * mask).sum()
-    loss = policy
-    kl_sum = torch.zeros(())
-    entropy_sum = torch.zeros(())
-    if ref_logprobs is not None:
-        delta = ref_logprobs - logprobs
-        kl_sum = ((torch.exp(delta) - delta - 1.0) * mask).sum()
-        if kl_coef:
-            loss = loss + kl_coef * kl_sum
-    if entropy is not None:
-        entropy_sum = (entropy * mask).sum()
-        if entropy_coef:
-            loss = loss - entropy_coef * entropy_sum
+    out = ppo_clip(torch.exp(logprobs - old_logprobs), advantages, clip_eps, clip_eps)
+    policy = (out.per_token * mask).sum()
+    kl_sum, entropy_sum = _regularisers(logprobs, mask, entropy, ref_logprobs)
+    loss = policy + kl_coef * kl_sum - entropy_coef * entropy_sum
     with torch.no_grad():
-        clip_frac = (((ratio - 1.0).abs() > clip_eps).to(mask.dtype) * mask).sum()
-        mismatch = ((logprobs - old_logprobs).abs() * mask).sum()
+        clip_sum = float((out.clipped.to(mask.dtype) * mask).sum())
+        mismatch = float(((logprobs - old_logprobs).abs() * mask).sum())
     return LossTerms(loss=loss, policy_loss=float(policy.detach()), kl=float(kl_sum.detach()),
-                     entropy=float(entropy_sum.detach()), clip_fraction=float(clip_frac),
-                     logprob_mismatch=float(mismatch), tokens=float(mask.sum()))
+                     entropy=float(entropy_sum.detach()), clip_fraction=clip_sum,
+                     logprob_mismatch=mismatch, tokens=float(mask.sum()))

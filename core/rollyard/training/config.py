@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from rollyard.errors import ConfigError
 
@@ -19,6 +20,15 @@ class TrainConfig:
     ``micro_batch_size`` counts samples per forward pass on one data-parallel rank.
     ``global_batch_size``, when set, is the number of samples per step the run produces; it is
     checked against the data-parallel size up front.
+
+    ``algorithm`` names a registered algorithm plugin and ``algorithm_options`` holds the values
+    of its ``Options`` fields (plain data: every training rank rebuilds the options from it).
+    ``clip_eps``, when set, fills a ``clip_eps`` option the dictionary leaves out (the
+    ``--clip-eps`` of before algorithm plugins). ``filter_zero_variance`` drops groups whose
+    rewards are all equal unless the algorithm decides that itself (dapo's dynamic sampling).
+    ``tis_cap`` turns on truncated importance sampling against the engine's logprobs.
+    ``max_new_tokens`` is the rollouts' response budget (dr-grpo's normaliser, dapo's
+    overlong penalty); without it the step's longest response stands in.
     """
 
     lr: float = 1e-5
@@ -31,13 +41,16 @@ class TrainConfig:
     adam_beta2: float = 0.999
     adam_eps: float = 1e-8
     grad_clip: float = 1.0
-    clip_eps: float = 0.2
+    algorithm: str = "grpo"
+    algorithm_options: dict[str, Any] = field(default_factory=dict)
+    clip_eps: float | None = None
+    tis_cap: float | None = None
+    max_new_tokens: int | None = None
     kl_coef: float = 0.0
     entropy_coef: float = 0.0
     micro_batch_size: int = 8
     temperature: float = 1.0
     filter_zero_variance: bool = True
-    scale_advantages_by_std: bool = True
     seed: int = 0
     global_batch_size: int | None = None
 
@@ -54,11 +67,27 @@ class TrainConfig:
                 raise ConfigError(f"TrainConfig.{name} is {value!r}; it must be positive")
         non_negative = {"min_lr": self.min_lr, "warmup_steps": self.warmup_steps,
                         "weight_decay": self.weight_decay, "grad_clip": self.grad_clip,
-                        "clip_eps": self.clip_eps, "kl_coef": self.kl_coef,
+                        "kl_coef": self.kl_coef,
                         "entropy_coef": self.entropy_coef}
         for name, value in non_negative.items():
             if value < 0:
                 raise ConfigError(f"TrainConfig.{name} is {value!r}; it must not be negative")
+        if self.clip_eps is not None and self.clip_eps < 0:
+            raise ConfigError(f"TrainConfig.clip_eps is {self.clip_eps!r}; it must not be "
+                              "negative")
+        if self.tis_cap is not None and self.tis_cap <= 0:
+            raise ConfigError(f"TrainConfig.tis_cap is {self.tis_cap!r}; the importance-weight "
+                              "cap must be positive (leave it unset to turn TIS off)")
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            raise ConfigError(f"TrainConfig.max_new_tokens is {self.max_new_tokens!r}; it must "
+                              "be positive")
+        if not isinstance(self.algorithm, str) or not self.algorithm:
+            raise ConfigError(f"TrainConfig.algorithm is {self.algorithm!r}; expected the name "
+                              "of an algorithm plugin")
+        if not isinstance(self.algorithm_options, dict) or not all(
+                isinstance(key, str) for key in self.algorithm_options):
+            raise ConfigError("TrainConfig.algorithm_options must be a dict of option name to "
+                              f"value, got {self.algorithm_options!r}")
         if self.lr_decay_style not in LR_DECAY_STYLES:
             raise ConfigError(f"TrainConfig.lr_decay_style is {self.lr_decay_style!r}; "
                               f"expected one of {', '.join(LR_DECAY_STYLES)}")

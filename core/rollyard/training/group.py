@@ -1,17 +1,20 @@
 """The train group: ``tp * dp`` Megatron ranks as Ray actors in one placement group.
 
-The driver side of training. It checks the layout before starting anything, computes GRPO
-advantages, deals samples to the data-parallel replicas and merges the ranks' metrics.
+The driver side of training. It checks the layout and the algorithm before starting
+anything, drops groups without signal, computes the algorithm's advantages, deals samples to
+the data-parallel replicas and merges the ranks' metrics.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from typing import Any
 
-from rollyard.errors import ConfigError
-from rollyard.training.algorithm import grpo_advantages
+from rollyard.algorithms import ZERO_VARIANCE_STD, StepInfo, group_indices, population_std
+from rollyard.errors import ConfigError, PluginError, RollyardError
+from rollyard.training.algorithm import load_algorithm
 from rollyard.training.batching import TrainItem, check_item, split_for_data_parallel
 from rollyard.training.checkpoint import read_hf_config, weight_files
 from rollyard.training.config import TrainConfig
@@ -19,7 +22,10 @@ from rollyard.training.model import check_hf_config, check_tensor_parallel
 from rollyard.types import Sample
 
 PLACEMENT_TIMEOUT_S = 120.0
-_SUMMED = ("loss", "policy_loss", "kl", "entropy", "clip_fraction", "logprob_mismatch")
+#: summed over the data-parallel replicas: each rank's share of the step's loss
+_SHARES = ("loss", "policy_loss")
+#: token sums on the ranks, reported per trained token
+_PER_TOKEN = ("kl", "entropy", "clip_fraction", "logprob_mismatch")
 
 
 def check_layout(model_dir: str, config: TrainConfig, tp: int, dp: int,
@@ -55,12 +61,18 @@ def _get_all(refs: list[Any]) -> list[Any]:
     with the dead one until the process-group timeout.
     """
     import ray
+    from ray.exceptions import RayTaskError
 
     pending = list(refs)
-    while pending:
-        done, pending = ray.wait(pending, num_returns=1)
-        ray.get(done)
-    return ray.get(refs)
+    try:
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            ray.get(done)
+        return ray.get(refs)
+    except RayTaskError as exc:
+        if isinstance(exc.cause, RollyardError):  # the rank's own message, not Ray's wrapper
+            raise exc.cause from None
+        raise
 
 
 class TrainGroup:
@@ -80,6 +92,7 @@ class TrainGroup:
         self.config = config or TrainConfig()
         resources = ray.cluster_resources()
         check_layout(model_dir, self.config, tp, dp, resources.get("CPU", 0.0))
+        self.algorithm, self._algorithm_plugin = load_algorithm(self.config)
         self.model_dir, self.tp, self.dp = model_dir, tp, dp
         hf_config = read_hf_config(model_dir)
         self.max_len = int(hf_config.get("max_position_embeddings", 4096))
@@ -109,20 +122,53 @@ class TrainGroup:
             self.shutdown()
             raise
 
-    def _items(self, samples: list[Sample]) -> tuple[list[TrainItem], dict[str, float]]:
-        """GRPO advantages; the samples that are trained on, as items, and group counts."""
+    @property
+    def filters_zero_variance(self) -> bool:
+        """Whether groups whose rewards are all equal are dropped: the algorithm's choice if it
+        makes one, else ``TrainConfig.filter_zero_variance``."""
+        choice = self.algorithm.filters_zero_variance
+        return self.config.filter_zero_variance if choice is None else bool(choice)
+
+    def _advantages(self, samples: list[Sample], step: StepInfo) -> list[float]:
+        """The algorithm's advantages, checked at the plugin boundary."""
+        record = self._algorithm_plugin
+        where = {"distribution": record.distribution, "entry_point": record.entry_point}
+        name = self.algorithm.name
+        try:
+            values = [float(v) for v in self.algorithm.advantages(samples, step)]
+        except Exception as exc:
+            raise PluginError(f"algorithm {name!r}: advantages raised "
+                              f"{type(exc).__name__}: {exc}", **where) from exc
+        if len(values) != len(samples):
+            raise PluginError(f"algorithm {name!r}: advantages returned {len(values)} values "
+                              f"for {len(samples)} samples", **where)
+        for sample, value in zip(samples, values):
+            if not math.isfinite(value):
+                raise PluginError(f"algorithm {name!r}: advantage {value} for a sample of task "
+                                  f"{sample.task_id!r}", **where)
+        return values
+
+    def _items(self, samples: list[Sample]) -> tuple[list[TrainItem], StepInfo,
+                                                       dict[str, float]]:
+        """The samples that are trained on, as items with the algorithm's advantages; the
+        step's sizes; group counts."""
         for sample in samples:
             check_item(_to_item(sample), f"sample of task {sample.task_id!r}", self.max_len,
                        self.vocab_size)
-        advantages = grpo_advantages(
-            [s.reward for s in samples], [s.group_id for s in samples],
-            filter_zero_variance=self.config.filter_zero_variance,
-            scale_by_std=self.config.scale_advantages_by_std)
-        items = [_to_item(s, adv)
-                 for s, adv, keep in zip(samples, advantages.values, advantages.keep) if keep]
-        counts = {"num_groups": float(advantages.num_groups),
-                  "num_groups_filtered": float(advantages.num_groups_filtered)}
-        return items, counts
+        groups = group_indices([s.group_id for s in samples])
+        flat = {group for group, indices in groups.items()
+                if population_std([samples[i].reward for i in indices]) < ZERO_VARIANCE_STD}
+        dropped = flat if self.filters_zero_variance else set()
+        kept = [s for s in samples if s.group_id not in dropped]
+        longest = max((s.response_len for s in kept), default=1)
+        step = StepInfo(sequences=len(kept),
+                        tokens=float(sum(sum(s.loss_mask) for s in kept)),
+                        max_response_len=self.config.max_new_tokens or longest)
+        items = [_to_item(s, adv) for s, adv in zip(kept, self._advantages(kept, step))]
+        counts = {"num_groups": float(len(groups)),
+                  "num_groups_filtered": float(len(dropped)),
+                  "zero_variance_share": len(flat) / len(groups) if groups else 0.0}
+        return items, step, counts
 
     def train(self, samples: list[Sample]) -> dict[str, float]:
         """One optimizer step over ``samples`` (all of them, in micro-batches); its metrics.
@@ -131,19 +177,25 @@ class TrainGroup:
         and ``num_samples_trained`` is 0.
         """
         start = time.perf_counter()
-        items, metrics = self._items(samples)
-        trained_tokens = float(sum(sum(item.loss_mask) for item in items))
+        items, step, metrics = self._items(samples)
+        trained_tokens = step.tokens
         metrics["num_samples"] = float(len(samples))
         if not items or trained_tokens == 0:
             return {**metrics, "num_samples_trained": 0.0, "update_skipped": 1.0,
                     "trained_tokens": 0.0, "tokens": 0.0,
                     "step_time": time.perf_counter() - start}
         shares = split_for_data_parallel(items, self.dp)
-        results = _get_all([actor.train_step.remote(shares[rank // self.tp], trained_tokens)
+        results = _get_all([actor.train_step.remote(shares[rank // self.tp], step)
                             for rank, actor in enumerate(self._actors)])
         replicas = results[:: self.tp]  # tensor-parallel rank 0 of every data-parallel replica
-        for key in _SUMMED:
+        for key in _SHARES:
+            metrics[key] = sum(r.get(key, 0.0) for r in replicas)
+        for key in _PER_TOKEN:
             metrics[key] = sum(r.get(key, 0.0) for r in replicas) / trained_tokens
+        if self.config.tis_cap is not None:
+            metrics["tis_ratio_mean"] = sum(r["tis_ratio"] for r in replicas) / trained_tokens
+            metrics["tis_truncated"] = sum(r["tis_truncated"] for r in replicas) / trained_tokens
+            metrics["tis_ratio_max"] = max(r["tis_ratio_max"] for r in replicas)
         for key in ("grad_norm", "lr", "update_skipped"):
             metrics[key] = results[0][key]
         tokens = float(sum(len(item.tokens) for item in items))

@@ -1,6 +1,7 @@
-"""One training rank: megatron-core GPTModel, DDP, optimizer, the PPO step and the HF export.
+"""One training rank: megatron-core GPTModel, DDP, optimizer, the policy step and the HF export.
 
 The class is plain Python; :mod:`rollyard.training.group` runs one instance per Ray actor.
+Each rank resolves the algorithm plugin by name through its own entry points.
 On a machine without CUDA the ranks talk over gloo and :mod:`rollyard.training.cpu_compat`
 is applied first; with CUDA they use NCCL and nothing is patched.
 """
@@ -15,8 +16,15 @@ from collections import defaultdict
 
 import torch
 
+from rollyard.algorithms import StepInfo
+from rollyard.errors import PluginError
 from rollyard.training import cpu_compat
-from rollyard.training.algorithm import ppo_clip_loss, token_logprobs
+from rollyard.training.algorithm import (
+    LossProblem,
+    load_algorithm,
+    micro_batch_loss,
+    token_logprobs,
+)
 from rollyard.training.batching import MicroBatch, TrainItem, collate, micro_batches
 from rollyard.training.checkpoint import load_hf_weights, read_hf_config, write_hf_folder
 from rollyard.training.config import TrainConfig
@@ -53,6 +61,7 @@ class MegatronWorker:
         self.hf_config = read_hf_config(model_dir)
         self.shape = ModelShape.from_hf_config(self.hf_config)
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.algorithm, self.algorithm_plugin = load_algorithm(config)
 
     @staticmethod
     def free_address() -> tuple[str, int]:
@@ -96,7 +105,7 @@ class MegatronWorker:
                                 self.tp_rank, self.tp)
         self.model = self._build(params)
         self.reference = None
-        if self.config.kl_coef > 0:
+        if self.config.kl_coef > 0 or self.algorithm.needs_reference:
             self.reference = self._build(params).eval().requires_grad_(False)
         del hf, params
         self._build_optimizer()
@@ -135,22 +144,27 @@ class MegatronWorker:
             batch.input_ids, batch.position_ids, batch.targets, batch.old_logprobs,
             batch.advantages, batch.mask)))
 
-    def train_step(self, items: list[TrainItem], total_tokens: float) -> dict[str, float]:
+    def train_step(self, items: list[TrainItem], step: StepInfo | float) -> dict[str, float]:
         """One optimizer step over this rank's ``items``; returns sums and the step's scalars.
 
-        ``total_tokens`` is the number of trained tokens over all data-parallel ranks: the loss
-        is a token mean over the whole step. Megatron DDP averages gradients over the ranks,
-        hence the factor ``dp``.
+        ``step`` gives the sizes of the whole step over all data-parallel ranks (a number is
+        its trained-token count, for a single rank); the algorithm normalises the loss by
+        them. Megatron DDP averages gradients over the ranks, hence the factor ``dp``. When
+        the algorithm's loss is unusable on any rank, every rank raises the same PluginError
+        and nothing is applied to the weights.
         """
         from megatron.core.distributed import finalize_model_grads
 
         cfg = self.config
+        if not isinstance(step, StepInfo):
+            step = StepInfo(sequences=len(items), tokens=float(step), max_response_len=max(
+                (len(item.loss_mask) for item in items), default=1))
         start = time.perf_counter()
         self.ddp.train()
         self.ddp.zero_grad_buffer()
         self.optimizer.zero_grad()
         sums: dict[str, float] = defaultdict(float)
-        scale = self.dp / total_tokens
+        problem = None
         for batch in micro_batches(items, cfg.micro_batch_size):
             batch = self._on_device(batch)
             logits = self.ddp(batch.input_ids, batch.position_ids, None)
@@ -160,15 +174,22 @@ class MegatronWorker:
                 with torch.no_grad():
                     ref_logits = self.reference(batch.input_ids, batch.position_ids, None)
                     ref_logprobs, _ = token_logprobs(ref_logits, batch.targets, cfg.temperature)
-            terms = ppo_clip_loss(
-                logprobs, batch.old_logprobs, batch.advantages, batch.mask,
-                clip_eps=cfg.clip_eps, entropy=entropy if cfg.entropy_coef else entropy.detach(),
-                entropy_coef=cfg.entropy_coef, ref_logprobs=ref_logprobs, kl_coef=cfg.kl_coef)
-            (terms.loss * scale).backward()
+            try:
+                terms = micro_batch_loss(
+                    self.algorithm, logprobs, batch.old_logprobs, batch.advantages, batch.mask,
+                    step, entropy=entropy if cfg.entropy_coef else entropy.detach(),
+                    entropy_coef=cfg.entropy_coef, ref_logprobs=ref_logprobs,
+                    kl_coef=cfg.kl_coef, tis_cap=cfg.tis_cap)
+            except LossProblem as exc:
+                problem = str(exc)
+                break
+            (terms.loss * self.dp).backward()
             sums["loss"] += float(terms.loss.detach())
             for key in ("policy_loss", "kl", "entropy", "clip_fraction", "logprob_mismatch",
-                        "tokens"):
+                        "tokens", "tis_ratio", "tis_truncated"):
                 sums[key] += getattr(terms, key)
+            sums["tis_ratio_max"] = max(sums["tis_ratio_max"], terms.tis_ratio_max)
+        self._stop_if_any_rank_failed(problem)
         # Data-parallel all-reduce, plus the sum over tensor-parallel ranks of the q/k norm
         # grads (each rank only sees its own heads).
         finalize_model_grads([self.ddp])
@@ -178,6 +199,24 @@ class MegatronWorker:
                 "lr": float(self.optimizer.param_groups[0]["lr"]),
                 "update_skipped": float(not updated),
                 "step_time": time.perf_counter() - start}
+
+    def _stop_if_any_rank_failed(self, problem: str | None) -> None:
+        """Every rank learns every rank's loss problem (one collective, also when there is
+        none), so that all raise together, before the gradients are reduced or applied."""
+        import torch.distributed as dist
+
+        problems: list[str | None] = [None] * (self.tp * self.dp)
+        dist.all_gather_object(problems, problem)
+        first = next(((rank, p) for rank, p in enumerate(problems) if p), None)
+        if first is None:
+            return
+        self.ddp.zero_grad_buffer()
+        self.optimizer.zero_grad()
+        rank, text = first
+        record = self.algorithm_plugin
+        raise PluginError(f"algorithm {self.algorithm.name!r} (training rank {rank}): {text}; "
+                          "the step was not applied to the weights",
+                          distribution=record.distribution, entry_point=record.entry_point)
 
     @torch.no_grad()
     def logprobs(self, items: list[TrainItem]) -> list[list[float]]:
