@@ -112,6 +112,10 @@ class RolloutContext:
     rewards: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        from rollyard.config import ConfigView, RunConfig
+
+        if not isinstance(self.config, ConfigView):  # a dict of core options, as tests pass
+            self.config = ConfigView(RunConfig(**dict(self.config or {})))
         self.options = _plain(self.options)
         if self.sampling is None:
             self.sampling = SamplingParams()

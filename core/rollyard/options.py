@@ -142,12 +142,12 @@ class OptionSpec:
     def _one(self, value: Any, where: str) -> Any:
         value = _typed(self.kind, value, where)
         if self.choices is not None and value not in self.choices:
-            raise ConfigError(f"{where}: {value!r} is not one of {list(self.choices)}")
+            raise ConfigError(f"{where} {value!r}: choose one of {list(self.choices)}")
         if self.check is not None:
             try:
                 self.check(value)
             except ValueError as exc:
-                raise ConfigError(f"{where}: {value!r} {exc}") from None
+                raise ConfigError(f"{where} {value!r}: {exc}") from None
         return value
 
     def to_data(self, value: Any) -> Any:

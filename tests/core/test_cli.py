@@ -12,6 +12,8 @@ import warnings
 
 import pytest
 from rollyard import cli
+from rollyard.run import driver
+from rollyard_plugins.toy import ToyOptions
 
 STANDARD = {  # entry point -> (module, what it registers)
     "toy": ("rollyard_plugins.toy", {"rollout": ["toy"]}),
@@ -71,7 +73,7 @@ def test_plugins_json_lists_the_standard_plugins(rollyard_cli):
         assert record["registers"] == registers
         assert record["errors"] == []
     assert records["jsonl"]["hooks"] == ["on_run_start", "on_samples", "on_step_end"]
-    assert records["toy"]["hooks"] == ["add_options", "register_rollouts"]
+    assert records["toy"]["hooks"] == ["register_rollouts"]
 
 
 def test_plugins_hook_filter_keeps_only_implementers(rollyard_cli):
@@ -103,10 +105,10 @@ def test_plugins_lists_a_broken_plugin_beside_the_working_ones(rollyard_cli, mak
     assert "warning: rollyard plugin 'broken': importing 'ry_broken'" in result.stderr
 
 
-def test_trace_mode_logs_add_options_calls(rollyard_cli):
+def test_trace_mode_logs_hook_calls(rollyard_cli):
     result = rollyard_cli("train", "--help", env={"ROLLYARD_TRACE_PLUGINS": "1"})
     assert result.returncode == 0
-    assert "[rollyard trace] add_options -> ['toy']" in result.stderr
+    assert "[rollyard trace] register_rollouts -> ['toy']" in result.stderr
 
 
 def test_no_command_prints_help(rollyard_cli):
@@ -155,7 +157,8 @@ def parsed(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)  # main() sets it
     received = []
-    monkeypatch.setattr(cli, "cmd_train", lambda args, manager: received.append(args) or 0)
+    monkeypatch.setattr(driver, "run_training",
+                        lambda config, manager: received.append(config) or 0)
 
     def parse(toml: str, *argv: str):
         (tmp_path / "run.toml").write_text(textwrap.dedent(toml))
@@ -178,32 +181,31 @@ RUN_TOML = """
 
 
 def test_config_toml_supplies_options(parsed):
-    args = parsed(RUN_TOML)
-    assert (args.steps, args.seed, args.rollout_plugin) == (3, 7, "toy")
-    assert args.reward == [("exact-match", 2.0), ("char-f1", 1.0)]
-    assert vars(args)["toy:operation"] == "reverse"
-    assert vars(args)["toy:num_tasks"] == 50
-    assert args.group_size == 8  # untouched default
+    config = parsed(RUN_TOML)
+    assert (config.steps, config.seed, config.rollout_plugin) == (3, 7, "toy")
+    assert config.reward_weights == {"exact-match": 2.0, "char-f1": 1.0}
+    assert config.plugin_options["toy"] == ToyOptions(operation="reverse", num_tasks=50)
+    assert config.group_size == 8  # untouched default
 
 
 def test_config_toml_loses_to_command_line_flags(parsed):
-    args = parsed(RUN_TOML, "--steps", "5", "--toy-operation", "copy", "--reward", "char-f1")
-    assert args.steps == 5 and args.seed == 7
-    assert vars(args)["toy:operation"] == "copy"
-    assert vars(args)["toy:num_tasks"] == 50
-    assert args.reward == [("char-f1", 1.0)]
+    config = parsed(RUN_TOML, "--steps", "5", "--toy-operation", "copy", "--reward", "char-f1")
+    assert config.steps == 5 and config.seed == 7
+    assert config.plugin_options["toy"] == ToyOptions(operation="copy", num_tasks=50)
+    assert config.reward_weights == {"char-f1": 1.0}
 
 
 @pytest.mark.parametrize("toml, message", [
     ("stepz = 3\n", "run.toml: unknown option 'stepz' (no flag --stepz)"),
     ("[toy]\nflavour = 1\n", "run.toml: unknown option [toy] 'flavour' (no plugin option "
                              "--toy-flavour)"),
-    ("steps = -3\n", "run.toml: 'steps': '-3' must be greater than 0"),
-    ("[toy]\noperation = 'rotate'\n", "run.toml: [toy] 'operation': 'rotate' is not one of "
+    ("steps = -3\n", "run.toml: 'steps' -3: must be greater than 0"),
+    ("steps = '3'\n", "run.toml: 'steps': expected int, got '3'"),
+    ("[toy]\noperation = 'rotate'\n", "run.toml: [toy] 'operation' 'rotate': choose one of "
                                       "['copy', 'reverse']"),
     ("steps = \n", "config file 'run.toml' is not valid TOML"),
     ("rollout_plugin = 'tyo'\n", "no rollout named 'tyo' is installed"),
-], ids=["unknown-key", "unknown-plugin-key", "bad-value", "bad-choice", "bad-toml",
+], ids=["unknown-key", "unknown-plugin-key", "bad-value", "bad-type", "bad-choice", "bad-toml",
         "unknown-rollout"])
 def test_config_toml_errors_name_the_key(rollyard_cli, tmp_path, toml, message):
     (tmp_path / "run.toml").write_text(toml)

@@ -5,6 +5,7 @@ or installed as throwaway distributions with entry points (``make_distribution``
 from __future__ import annotations
 
 import argparse
+from types import SimpleNamespace
 import random
 import re
 import sys
@@ -22,7 +23,6 @@ from rollyard import (
     UnknownPluginError,
     hookimpl,
 )
-from rollyard.options import plugin_options
 from rollyard.plugins import PluginManager, PluginWarning
 from rollyard.types import Task
 
@@ -33,17 +33,38 @@ class CountdownRollout(Rollout):
     def tasks(self, split: str) -> list[Task]:
         return [Task(id=f"{split}-{i}", prompt=f"count down from {i}") for i in range(3)]
 
+    async def run_group(self, task: Task, n: int) -> list:
+        return []
+
 
 class LoopbackTransport(Transport):
     name = "loopback"
+
+    async def generate(self, request):
+        raise NotImplementedError("registration tests never generate")
+
+    async def health(self):
+        return {url: True for url in self.urls}
+
+    async def weight_versions(self):
+        return {url: 0 for url in self.urls}
+
+    async def update_weights(self, model_dir, weight_version):
+        return None
 
 
 class LengthReward(Reward):
     name = "length"
 
+    async def score(self, sample, task):
+        return float(sample.response_len)
+
 
 class NullEngine(Engine):
     name = "null-engine"
+
+    def launch(self, model_dir, port):
+        raise NotImplementedError("registration tests never launch")
 
 
 class GreetCommand(Command):
@@ -53,7 +74,7 @@ class GreetCommand(Command):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--who", default="world")
 
-    def run(self, args: argparse.Namespace) -> int:
+    def run(self, args: SimpleNamespace) -> int:
         print(f"hello {args.who}")
         return 0
 
@@ -189,10 +210,13 @@ def test_add_options_groups_options_under_the_plugin_name(plugin_manager):
     plugin_manager.register(OptionsPlugin(), name="opts")
     parser = argparse.ArgumentParser()
     plugin_manager.hooks.add_options(parser)
-    assert "opts (plugin options)" in [g.title for g in parser._action_groups]
+    assert "opts (plugin options):" in parser.format_help()
+    groups = plugin_manager.hooks.add_options(argparse.ArgumentParser())
+    assert [o.name for o in groups["opts"].declared] == ["depth", "mode"]
     args = parser.parse_args(["--opts-depth", "5"])
-    assert plugin_options(args, "opts") == {"depth": 5, "mode": "a"}
+    assert (getattr(args, "opts:depth"), getattr(args, "opts:mode")) == (5, "a")
     assert "--opts-depth DEPTH" in parser.format_help()
+    assert "how deep (default: 2)" in parser.format_help()
 
 
 def test_add_options_only_for_selected_plugins(plugin_manager):

@@ -21,15 +21,15 @@ from rollyard import (
     Transport,
     TransportError,
 )
-from rollyard.options import plugin_options
 from rollyard.rewards import RewardSet
+from rollyard.train_flags import TrainFlags
 from rollyard_plugins import basic_rewards, toy
 
 
 def make_rollout(options: dict | None = None, seed: int = 0, tokenizer=None,
                  transport: Transport | None = None) -> toy.StringOperationRollout:
     return toy.StringOperationRollout(RolloutContext(
-        config={"seed": seed}, tokenizer=tokenizer, transport=transport, rewards=RewardSet({}, {}),
+        config={"seed": seed}, tokenizer=tokenizer, transport=transport,
         options=options or {}, rng=random.Random(seed),
         sampling=SamplingParams(max_new_tokens=8, seed=seed)))
 
@@ -74,6 +74,7 @@ def test_default_options_copy_200_words():
 
 @pytest.mark.parametrize("options, message", [
     ({"operation": "rotate"}, "--toy-operation 'rotate': choose one of ['copy', 'reverse']"),
+    ({"num_tasks": "ten"}, "--toy-num-tasks: expected int, got 'ten'"),
     ({"num_tasks": 1}, "--toy-num-tasks 1: choose 2..775"),
     ({"num_tasks": 5000}, "--toy-num-tasks 5000: choose 2..775"),
 ])
@@ -82,15 +83,18 @@ def test_bad_options_name_the_flag(options, message):
         make_rollout(options)
 
 
-def test_add_options_reach_the_rollout_without_prefix(plugin_manager):
+def test_flags_reach_the_rollout_as_typed_options(plugin_manager):
     plugin_manager.register(toy, name="toy", distribution="rollyard")
     parser = argparse.ArgumentParser()
-    plugin_manager.hooks.add_options(parser)
-    args = parser.parse_args(["--toy-operation", "reverse", "--toy-num-tasks", "10"])
-    options = plugin_options(args, "toy")
-    assert options == {"operation": "reverse", "num_tasks": 10}
+    flags = TrainFlags(parser, plugin_manager)
+    argv = ["--toy-operation", "reverse", "--toy-num-tasks", "10"]
+    config = flags.config(parser.parse_args(argv), argv)
+    options = config.options_for(toy.StringOperationRollout, "toy")
+    assert options == toy.ToyOptions(operation="reverse", num_tasks=10)
     rollout = make_rollout(options)
+    assert rollout.context.options is options
     assert rollout.tasks("eval")[0].id.startswith("reverse-")
+    assert config.to_data()["toy"] == {"operation": "reverse", "num_tasks": 10}
     with pytest.raises(SystemExit):
         parser.parse_args(["--toy-operation", "rotate"])
 

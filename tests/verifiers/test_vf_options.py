@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 import pytest
-from rollyard.options import PluginOptionGroup, plugin_options
+from rollyard.plugins import PluginManager
+from rollyard.train_flags import TrainFlags
 from rollyard_verifiers import plugin
+from rollyard_verifiers.rollout import VerifiersRollout
 
 
 def parse(*argv: str) -> dict:
+    manager = PluginManager(environ={})
+    manager.register(plugin, name="verifiers")
     parser = argparse.ArgumentParser()
-    plugin.add_options(PluginOptionGroup(parser, "verifiers"))
-    return plugin_options(parser.parse_args(list(argv)), "verifiers")
+    flags = TrainFlags(parser, manager)
+    config = flags.config(parser.parse_args(list(argv)), list(argv))
+    return dataclasses.asdict(config.options_for(VerifiersRollout, "verifiers"))
 
 
 @pytest.mark.parametrize("flag", ["--verifiers-env", "--vf-env"])
