@@ -257,7 +257,7 @@ def build_run_config(tables: OptionTables, layers: list[Layer],
         for prefix, table in tables.typed.items():
             for spec in table.specs:
                 if spec.flag == flag:
-                    typed[prefix][spec.name] = value
+                    typed[prefix][spec.name] = spec.coerce(value, flag)
         for plugin, table in tables.legacy.items():
             for legacy_option in table.options:
                 if flag == legacy_option.action.dest:

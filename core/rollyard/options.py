@@ -137,7 +137,8 @@ class OptionSpec:
             value = _from_text(self.kind, text)
             return self._one(value, self.flag)
         except ConfigError as exc:
-            raise argparse.ArgumentTypeError(str(exc).removeprefix(f"{self.flag}: ")) from None
+            message = str(exc).removeprefix(self.flag).lstrip(": ")
+            raise argparse.ArgumentTypeError(message) from None
 
     def _one(self, value: Any, where: str) -> Any:
         value = _typed(self.kind, value, where)

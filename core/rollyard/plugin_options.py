@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rollyard.errors import PluginError
-from rollyard.options import LegacyOption, OptionSpec, add_spec_arguments, option_specs
+from rollyard.options import LegacyOption, OptionSpec, option_specs
 
 if TYPE_CHECKING:
     from rollyard.plugins import PluginManager
@@ -97,14 +97,13 @@ class OptionTables:
         else:
             table.owners.append(owner)
 
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        """Add the typed tables' flags, one group per table (legacy ones are already there)."""
-        for prefix, table in sorted(self.typed.items()):
-            group = parser.add_argument_group(f"{prefix} (plugin options)")
-            add_spec_arguments(group, table.specs)
-
     def names(self) -> set[str]:
         return set(self.typed) | set(self.legacy)
+
+
+def table_of(cls: type, plugin: str) -> str:
+    """The option table a registered class of ``plugin`` reads."""
+    return options_prefix(cls) if getattr(cls, "Options", None) is not None else plugin
 
 
 def options_for(cls: type, plugin: str, values: Mapping[str, Any]) -> Any:
@@ -112,4 +111,4 @@ def options_for(cls: type, plugin: str, values: Mapping[str, Any]) -> Any:
     dict of its plugin's legacy options."""
     if getattr(cls, "Options", None) is not None:
         return values[options_prefix(cls)]
-    return dict(values.get(plugin, {}))
+    return dict(values.get(table_of(cls, plugin), {}))

@@ -12,6 +12,7 @@ import argparse
 import re
 from fnmatch import fnmatch
 from pathlib import Path
+from types import SimpleNamespace
 
 from rollyard.errors import ConfigError
 from rollyard.interfaces import Command
@@ -84,7 +85,7 @@ class NewPluginCommand(Command):
         parser.add_argument("--template", metavar="DIR", type=Path,
                             help="copy this template instead of rollyard's own")
 
-    def run(self, args: argparse.Namespace) -> int:
+    def run(self, args: SimpleNamespace) -> int:
         target = new_plugin(args.plugin, args.directory, args.template)
         print(f"created {target}: plugin {args.plugin!r}. Next:\n"
               f"  pip install -e {target}\n"

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from rollyard.config import Layer, RunConfig, build_run_config, core_specs, load_toml
 from rollyard.options import add_spec_arguments
@@ -17,6 +18,7 @@ class TrainFlags:
     typed declarations (legacy ``add_options`` plugins add theirs through the hook)."""
 
     def __init__(self, parser: argparse.ArgumentParser, manager: PluginManager) -> None:
+        self.parser = parser
         parser.add_argument("--config", metavar="TOML", default=None,
                             help="read options from a run.toml; flags win (default: none)")
         self.actions = []
@@ -38,13 +40,18 @@ class TrainFlags:
                   for flag in o.action.option_strings]
         return typed + legacy
 
-    def config(self, args: argparse.Namespace, argv: Sequence[str]) -> RunConfig:
-        """The RunConfig of defaults, ``--config`` and the flags given in ``argv``."""
+    def parse(self, argv: Sequence[str]) -> RunConfig:
+        """Parse ``argv`` (the ``train`` arguments) into a RunConfig; usage errors exit."""
+        return self.config(vars(self.parser.parse_args(list(argv))), argv)
+
+    def config(self, parsed: Mapping[str, Any], argv: Sequence[str]) -> RunConfig:
+        """The RunConfig of defaults, ``--config`` and the flags given in ``argv``, from the
+        values argparse ``parsed`` out of it."""
         layers: list[Layer] = []
-        if args.config:
-            layers.append((args.config, load_toml(args.config)))
-        given = {action.dest: getattr(args, action.dest) for action in self.actions
-                 if _given(action, argv) and hasattr(args, action.dest)}
+        if parsed.get("config"):
+            layers.append((parsed["config"], load_toml(parsed["config"])))
+        given = {action.dest: parsed[action.dest] for action in self.actions
+                 if _given(action, argv) and action.dest in parsed}
         return build_run_config(self.tables, layers, given)
 
 
@@ -61,11 +68,10 @@ def train_argv_plugins(argv: Sequence[str]) -> list[tuple[str, str]] | None:
     pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--config", default=None)
     actions = add_spec_arguments(pre, core_specs())
-    known, _ = pre.parse_known_args(argv[1:])
+    known = vars(pre.parse_known_args(argv[1:])[0])
     layers: list[Layer] = []
-    if known.config:
-        top = {k: v for k, v in load_toml(known.config).items() if not isinstance(v, dict)}
-        layers.append((known.config, top))
-    given = {a.dest: getattr(known, a.dest) for a in actions
-             if _given(a, argv) and hasattr(known, a.dest)}
+    if known["config"]:
+        top = {k: v for k, v in load_toml(known["config"]).items() if not isinstance(v, dict)}
+        layers.append((known["config"], top))
+    given = {a.dest: known[a.dest] for a in actions if _given(a, argv) and a.dest in known}
     return build_run_config(OptionTables(), layers, given).wanted_plugins()

@@ -88,7 +88,7 @@ def test_flags_reach_the_rollout_as_typed_options(plugin_manager):
     parser = argparse.ArgumentParser()
     flags = TrainFlags(parser, plugin_manager)
     argv = ["--toy-operation", "reverse", "--toy-num-tasks", "10"]
-    config = flags.config(parser.parse_args(argv), argv)
+    config = flags.parse(argv)
     options = config.options_for(toy.StringOperationRollout, "toy")
     assert options == toy.ToyOptions(operation="reverse", num_tasks=10)
     rollout = make_rollout(options)

@@ -17,7 +17,7 @@ def parse(*argv: str) -> dict:
     manager.register(plugin, name="verifiers")
     parser = argparse.ArgumentParser()
     flags = TrainFlags(parser, manager)
-    config = flags.config(parser.parse_args(list(argv)), list(argv))
+    config = flags.parse(argv)
     return dataclasses.asdict(config.options_for(VerifiersRollout, "verifiers"))
 
 

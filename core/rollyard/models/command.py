@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import pathlib
+from types import SimpleNamespace
 
 from rollyard.errors import ConfigError
 from rollyard.interfaces import Command
@@ -27,7 +28,7 @@ class InitModelCommand(Command):
         parser.add_argument("--force", action="store_true",
                             help="write into DIR even if it is not empty")
 
-    def run(self, args: argparse.Namespace) -> int:
+    def run(self, args: SimpleNamespace) -> int:
         out = pathlib.Path(args.dir)
         if out.exists() and not out.is_dir():
             raise ConfigError(f"init-model: {out} exists and is not a folder")

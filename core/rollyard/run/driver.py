@@ -13,6 +13,7 @@ from typing import Any
 
 from rollyard.config import RunConfig
 from rollyard.errors import ConfigError, TooManyFailures, TransportError
+from rollyard.plugin_options import table_of
 from rollyard.plugins import PluginManager
 from rollyard.run.engines import EngineFleet
 from rollyard.run.metrics import failure_reasons, sample_metrics
@@ -71,10 +72,21 @@ class PluginSelection:
         return self.config.options_for(self.manager.get(kind, name),
                                        self.manager.owner(kind, name).name)
 
+    def tables(self) -> set[str]:
+        """The option tables of the selected plugins (what config.json keeps)."""
+        selected = [("rollout", self.config.rollout_plugin), ("transport", self.config.transport)]
+        selected += [("engine", self.config.engine)] if self.engine else []
+        selected += [("reward", name) for name in self.rewards]
+        return {table_of(self.manager.get(kind, name), self.manager.owner(kind, name).name)
+                for kind, name in selected}
+
 
 def run_training(config: RunConfig, manager: PluginManager) -> Path:
     """Run ``config.steps`` RL steps; returns the run folder."""
     selection = PluginSelection(config, manager)
+    config = config.replace(plugin_options={
+        table: values for table, values in config.plugin_options.items()
+        if table in selection.tables()})
     run_dir = make_run_dir(config)
     config.save(run_dir / "config.json")
     model_dir = Path(config.model) if config.model else default_model_dir(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from types import SimpleNamespace
 
 from rollyard.interfaces import Command
 
@@ -23,7 +24,7 @@ class CheckPluginCommand(Command):
                             help="the plugin's own options, as for rollyard train "
                                  "(--NAME-num-tasks 20)")
 
-    def run(self, args: argparse.Namespace) -> int:
+    def run(self, args: SimpleNamespace) -> int:
         from rollyard.testing.conformance import check_plugin
 
         report = check_plugin(args.plugin, argv=args.plugin_argv, group_size=args.episodes)

@@ -165,7 +165,7 @@ def _check_options(report: ConformanceReport, manager: PluginManager, label: str
                    f"{type(exc).__name__}: {exc}")
         return None
     try:
-        run_config = flags.config(parser.parse_args(argv), argv)
+        run_config = flags.parse(argv)
     except SystemExit:
         report.add("options", "fail", f"{where}: `rollyard train {' '.join(argv)}` does not "
                    "parse (see the usage error above); without arguments, every plugin option "
@@ -438,7 +438,7 @@ def _find_reward(name: str, manager: PluginManager | None) -> tuple[type, str, A
             return None
     owner = manager.owner("reward", name).name
     parser = argparse.ArgumentParser(add_help=False)
-    defaults = TrainFlags(parser, manager).config(parser.parse_args([]), [])
+    defaults = TrainFlags(parser, manager).parse([])
     cls = manager.get("reward", name)
     return cls, owner, defaults.options_for(cls, owner)
 
