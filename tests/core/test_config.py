@@ -107,7 +107,7 @@ def test_an_option_without_a_default_is_refused():
     class NoDefault:
         depth: int
 
-    with pytest.raises(PluginError, match="option 'depth' .* has no default"):
+    with pytest.raises(PluginError, match=r"option 'depth' .* has no default"):
         option_specs(NoDefault, "x")
 
 
@@ -253,7 +253,7 @@ def test_no_import_cycles_in_the_core_or_the_plugins():
             if nxt.startswith(node + ".") or node.startswith(nxt + "."):
                 continue
             if state.get(nxt) == "open":
-                cycles.append(stack[stack.index(nxt):] + [nxt])
+                cycles.append([*stack[stack.index(nxt):], nxt])
             elif nxt not in state:
                 visit(nxt, [*stack, nxt])
         state[node] = "done"

@@ -1,16 +1,22 @@
 """Collect one step of samples from a rollout plugin: bounded concurrency, timeouts, and
 validation at the boundary. A group that raises, times out or returns malformed samples
-becomes failed/aborted samples with the reason; the step goes on."""
+becomes failed/aborted samples with the reason, and so does a sample longer than the model
+can train on; the step goes on."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from rollyard.errors import SampleError
 from rollyard.interfaces import Rollout
 from rollyard.rewards import RewardSet
 from rollyard.types import Sample, SampleStatus, Task
+
+#: The context assumed for a model whose config.json has no ``max_position_embeddings``.
+DEFAULT_MAX_TOKENS = 4096
 
 
 @dataclass
@@ -18,6 +24,31 @@ class CollectSettings:
     group_size: int
     max_concurrent_groups: int
     group_timeout_s: float
+    #: Longest prompt + response the model takes (its ``max_position_embeddings``); a longer
+    #: sample fails. None: not checked here (the trainer still fails such samples).
+    max_tokens: int | None = None
+
+
+def model_max_tokens(model_dir: str | Path) -> int:
+    """The longest prompt + response the model in a Hugging Face folder takes: the
+    ``max_position_embeddings`` of its config.json."""
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    return int(config.get("max_position_embeddings", DEFAULT_MAX_TOKENS))
+
+
+def fail_if_too_long(sample: Sample, max_tokens: int | None) -> bool:
+    """Fail ``sample`` in place when its prompt and response are longer than ``max_tokens``:
+    the model cannot train on it, but that is one sample's problem, not the run's. Returns
+    whether it failed it. The tokens stay, to be looked at."""
+    if max_tokens is None or len(sample.tokens) <= max_tokens or not sample.usable:
+        return False
+    sample.status = SampleStatus.FAILED
+    sample.reward = 0.0
+    sample.metadata["failure"] = (
+        f"sample of task {sample.task_id!r} is too long for the model: {len(sample.tokens)} "
+        f"tokens (prompt {sample.prompt_len} + response {sample.response_len}) exceed its "
+        f"max_position_embeddings={max_tokens}; lower --max-new-tokens or shorten the prompts")
+    return True
 
 
 def placeholder(task: Task, status: SampleStatus, reason: str, group_id: str = "") -> Sample:
@@ -25,8 +56,10 @@ def placeholder(task: Task, status: SampleStatus, reason: str, group_id: str = "
     return Sample.lost(task.id, group_id or f"{task.id}/lost", status, reason)
 
 
-def checked(samples: object, task: Task, plugin: str) -> list[Sample]:
-    """Validate what ``run_group`` returned; malformed entries become failed placeholders."""
+def checked(samples: object, task: Task, plugin: str,
+            max_tokens: int | None = None) -> list[Sample]:
+    """Validate what ``run_group`` returned; malformed entries become failed placeholders and
+    samples longer than ``max_tokens`` fail."""
     if not isinstance(samples, list) or not samples:
         return [placeholder(task, SampleStatus.FAILED,
                             f"rollout {plugin!r} returned {type(samples).__name__} "
@@ -46,6 +79,7 @@ def checked(samples: object, task: Task, plugin: str) -> list[Sample]:
             result.append(placeholder(task, SampleStatus.FAILED, f"rollout {plugin!r}: {exc}",
                                       item.group_id))
             continue
+        fail_if_too_long(item, max_tokens)
         result.append(item)
     return result
 
@@ -64,7 +98,7 @@ async def run_one_group(rollout: Rollout, rewards: RewardSet, task: Task,
         return [placeholder(task, SampleStatus.FAILED,
                             f"rollout {plugin!r} raised {type(exc).__name__}: {exc}")
                 for _ in range(settings.group_size)]
-    samples = checked(samples, task, plugin)
+    samples = checked(samples, task, plugin, settings.max_tokens)
     if rewards:
         await rewards.score_group(samples, task)
         samples = checked(samples, task, plugin)  # rewards must leave samples valid, too

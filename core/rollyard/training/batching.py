@@ -42,7 +42,8 @@ class MicroBatch:
 
 
 def check_item(item: TrainItem, where: str, max_len: int, vocab_size: int) -> None:
-    """ConfigError when a sample cannot be trained on: no prompt, too long, unknown token ids."""
+    """ConfigError when a sample cannot be trained on: no prompt, unknown token ids, or longer
+    than ``max_len`` (the train group fails such samples before they get here)."""
     if item.prompt_len < 1:
         raise ConfigError(f"{where}: prompt_len is {item.prompt_len}; the trainer needs at "
                           "least one prompt token to score the first response token")

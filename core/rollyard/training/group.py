@@ -14,6 +14,7 @@ from typing import Any
 
 from rollyard.algorithms import ZERO_VARIANCE_STD, StepInfo, group_indices, population_std
 from rollyard.errors import ConfigError, PluginError, RollyardError
+from rollyard.run.collect import fail_if_too_long, model_max_tokens
 from rollyard.training.algorithm import load_algorithm
 from rollyard.training.batching import TrainItem, check_item, split_for_data_parallel
 from rollyard.training.checkpoint import read_hf_config, weight_files
@@ -95,7 +96,7 @@ class TrainGroup:
         self.algorithm, self._algorithm_plugin = load_algorithm(self.config)
         self.model_dir, self.tp, self.dp = model_dir, tp, dp
         hf_config = read_hf_config(model_dir)
-        self.max_len = int(hf_config.get("max_position_embeddings", 4096))
+        self.max_len = model_max_tokens(model_dir)
         self.vocab_size = int(hf_config["vocab_size"])
         world = tp * dp
         use_gpu = resources.get("GPU", 0.0) >= world
@@ -151,7 +152,11 @@ class TrainGroup:
     def _items(self, samples: list[Sample]) -> tuple[list[TrainItem], StepInfo,
                                                        dict[str, float]]:
         """The samples that are trained on, as items with the algorithm's advantages; the
-        step's sizes; group counts."""
+        step's sizes; group counts. A sample longer than the model's context is failed in
+        place (status, ``metadata["failure"]``), left out and counted, never fatal."""
+        count = len(samples)
+        samples = [s for s in samples if not fail_if_too_long(s, self.max_len)]
+        too_long = count - len(samples)
         for sample in samples:
             check_item(_to_item(sample), f"sample of task {sample.task_id!r}", self.max_len,
                        self.vocab_size)
@@ -167,7 +172,8 @@ class TrainGroup:
         items = [_to_item(s, adv) for s, adv in zip(kept, self._advantages(kept, step))]
         counts = {"num_groups": float(len(groups)),
                   "num_groups_filtered": float(len(dropped)),
-                  "zero_variance_share": len(flat) / len(groups) if groups else 0.0}
+                  "zero_variance_share": len(flat) / len(groups) if groups else 0.0,
+                  "num_samples_too_long": float(too_long)}
         return items, step, counts
 
     def train(self, samples: list[Sample]) -> dict[str, float]:
