@@ -1,18 +1,15 @@
 """The Renderer-to-SGLang bridge: vLLM-style generate requests served by a rollyard transport.
 
 :class:`Bridge` holds the one translation (:mod:`rollyard_verifiers.translate`) and the
-transport; it has two faces. :class:`BridgeClient` is the duck-typed client object that
-``renderers.client.generate`` (verifiers 0.2.x ``TrainClient``) calls directly, and
-:class:`BridgeServer` serves the same bridge on loopback HTTP for clients built from a base
-URL (verifiers >= 0.3). The bridge also remembers, per session id (verifiers sends the trace
-id as ``X-Session-ID``), the weight versions that served it and any engine failure, so that
-samples can carry them.
+transport; :class:`BridgeServer` serves it on loopback HTTP to verifiers' train client, which
+is built from a base URL (verifiers >= 0.3). The bridge also remembers, per session id
+(verifiers sends the trace id as ``X-Session-ID``), the weight versions that served it and any
+engine failure, so that samples can carry them.
 """
 
 from __future__ import annotations
 
 import collections
-import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -98,38 +95,6 @@ class Bridge:
     def pop_session(self, session_id: str) -> SessionRecord:
         """Forget and return what was recorded for ``session_id`` (empty if nothing)."""
         return self._sessions.pop(session_id, None) or SessionRecord()
-
-
-@dataclass
-class RawResponse:
-    """What ``renderers`` reads from a ``post(..., cast_to=httpx.Response)``: the body bytes."""
-
-    content: bytes
-
-
-class BridgeClient:
-    """The duck-typed OpenAI-client face: ``base_url``, ``get`` and ``post`` as ``renderers``
-    and verifiers 0.2.x's ``TrainClient`` call them, answered in-process by a bridge."""
-
-    def __init__(self, bridge: Bridge, base_url: str = "http://rollyard-bridge/v1") -> None:
-        self.bridge = bridge
-        self.base_url = base_url
-
-    async def get(self, path: str, cast_to: Any = None, **_: Any) -> dict[str, Any]:
-        if path.rstrip("/").split("/")[-1] != "models":
-            raise BridgeError(f"GET {path!r}: the bridge serves only /models")
-        return self.bridge.models()
-
-    async def post(self, path: str, cast_to: Any = None, body: Mapping[str, Any] | None = None,
-                   options: Mapping[str, Any] | None = None, **_: Any) -> RawResponse:
-        if not str(path).rstrip("/").endswith(GENERATE_PATH):
-            raise BridgeError(f"POST {path!r}: the bridge serves only {GENERATE_PATH}")
-        headers = {k.lower(): v for k, v in ((options or {}).get("headers") or {}).items()}
-        response = await self.bridge.generate(body or {}, headers.get(SESSION_HEADER.lower()))
-        return RawResponse(json.dumps(response).encode())
-
-    async def close(self) -> None:
-        """Nothing to release: the transport belongs to the run."""
 
 
 class BridgeServer:

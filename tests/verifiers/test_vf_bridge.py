@@ -1,4 +1,5 @@
-"""The bridge end to end over HTTP: renderer request → bridge → ``sglang`` transport → engine.
+"""The bridge end to end: renderer request → bridge → ``sglang`` transport → engine, called
+directly and over its HTTP face.
 
 The engine is a fake SGLang server here (it records the exact payload it receives); the
 real embedded engine is used in test_rollout.py.
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 from rollyard import EngineAborted
 from rollyard_plugins.sglang_transport import SGLangTransport
-from rollyard_verifiers.bridge import Bridge, BridgeClient, BridgeServer
+from rollyard_verifiers.bridge import Bridge, BridgeServer
 from vf_helpers import RENDERER_BODY, FakeSGLang
 
 SGLANG_REPLY = {
@@ -39,15 +40,13 @@ def run_bridged(reply: dict[str, Any], body: Callable[[Bridge, FakeSGLang], Awai
     return asyncio.run(main())
 
 
-async def post_via_client(bridge: Bridge, engine: FakeSGLang) -> dict[str, Any]:
-    response = await BridgeClient(bridge).post(
-        "http://rollyard-bridge/inference/v1/generate", body=RENDERER_BODY,
-        options={"headers": {"X-Session-ID": "trace-1"}})
-    return json.loads(response.content)
+async def generate(bridge: Bridge, engine: FakeSGLang) -> dict[str, Any]:
+    """What the HTTP face does with a request, without the HTTP."""
+    return await bridge.generate(RENDERER_BODY, session_id="trace-1")
 
 
 def test_the_engine_receives_exactly_this_sglang_request() -> None:
-    _, engine, _ = run_bridged(SGLANG_REPLY, post_via_client)
+    _, engine, _ = run_bridged(SGLANG_REPLY, generate)
     [(path, headers, payload)] = engine.requests
     assert path == "/generate"
     assert payload == {
@@ -60,7 +59,7 @@ def test_the_engine_receives_exactly_this_sglang_request() -> None:
 
 
 def test_the_renderer_receives_exactly_this_choice() -> None:
-    response, _, bridge = run_bridged(SGLANG_REPLY, post_via_client)
+    response, _, bridge = run_bridged(SGLANG_REPLY, generate)
     assert response["request_id"].startswith("rollyard-")
     assert response["choices"] == [{
         "index": 0, "token_ids": [17, 4, 2],
@@ -75,7 +74,7 @@ def test_the_renderer_receives_exactly_this_choice() -> None:
 def test_max_tokens_is_clamped_to_the_engine_context() -> None:
     async def body(bridge: Bridge, engine: FakeSGLang) -> None:
         long = {**RENDERER_BODY, "token_ids": [3] * 60}
-        await BridgeClient(bridge).post("/inference/v1/generate", body=long)
+        await bridge.generate(long)
 
     _, engine, _ = run_bridged(SGLANG_REPLY, body)
     assert engine.requests[0][2]["sampling_params"]["max_new_tokens"] == 4  # 64 - 60
@@ -87,7 +86,7 @@ def test_an_engine_abort_is_raised_and_recorded() -> None:
 
     async def body(bridge: Bridge, engine: FakeSGLang) -> None:
         with pytest.raises(EngineAborted, match="weights updating"):
-            await post_via_client(bridge, engine)
+            await generate(bridge, engine)
 
     _, _, bridge = run_bridged(aborted, body)
     assert "weights updating" in (bridge.pop_session("trace-1").aborted or "")

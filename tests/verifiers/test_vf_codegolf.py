@@ -19,10 +19,10 @@ from rollyard import (
     Task,
 )
 from rollyard.rewards import RewardSet
+from rollyard.testing import ScriptedTransport
 from rollyard_codegolf.rewards import CorrectReward
 from rollyard_codegolf.tasks import load_tasks
 from rollyard_verifiers.rollout import VerifiersRollout
-from vf_helpers import ScriptedTransport
 
 ENV_ID = "rollyard_codegolf.verifiers_env"
 pytestmark = pytest.mark.slow
@@ -34,7 +34,7 @@ def answer(model_dir: Path, reply: str) -> tuple[list[Sample], Task]:
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     ids = [*tokenizer.encode(reply, add_special_tokens=False), tokenizer.eos_token_id]
-    transport = ScriptedTransport(GenerateResult(ids, [-0.5] * len(ids), "stop", 4))
+    transport = ScriptedTransport([GenerateResult(ids, [-0.5] * len(ids), "stop", 4)])
     rollout = VerifiersRollout(RolloutContext(
         config={}, tokenizer=tokenizer, transport=transport, rewards=RewardSet({}, {}),
         options={"env": ENV_ID, "max_turns": 1}, rng=random.Random(0),
@@ -74,7 +74,7 @@ def test_eval_split_is_the_held_out_problems(tiny_model_dir) -> None:
 
     rollout = VerifiersRollout(RolloutContext(
         config={}, tokenizer=AutoTokenizer.from_pretrained(str(tiny_model_dir)),
-        transport=ScriptedTransport(RuntimeError("unused")), rewards=RewardSet({}, {}),
+        transport=ScriptedTransport([RuntimeError("unused")]), rewards=RewardSet({}, {}),
         options={"env": ENV_ID, "eval_config": '{"taskset": {"split": "eval"}}'},
         rng=random.Random(0)))
     train = {t.id for t in rollout.tasks("train")}

@@ -11,8 +11,8 @@ import random
 import pytest
 from rollyard import GenerateResult, RolloutContext, SampleStatus, SamplingParams
 from rollyard.rewards import RewardSet
+from rollyard.testing import ScriptedTransport
 from rollyard_verifiers.rollout import VerifiersRollout
-from vf_helpers import ScriptedTransport
 
 pytestmark = pytest.mark.slow
 
@@ -23,7 +23,7 @@ def test_user_turns_are_masked_and_the_user_agent_is_not_trained(tiny_model_dir,
 
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
     reply = [*tokenizer.encode("It is 5.", add_special_tokens=False), tokenizer.eos_token_id]
-    transport = ScriptedTransport(GenerateResult(reply, [-0.5] * len(reply), "stop", 1))
+    transport = ScriptedTransport([GenerateResult(reply, [-0.5] * len(reply), "stop", 1)])
     rollout = VerifiersRollout(RolloutContext(
         config={}, tokenizer=tokenizer, transport=transport, rewards=RewardSet({}, {}),
         options={"env": "rollyard_vf_arith",

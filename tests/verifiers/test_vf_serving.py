@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 from rollyard import GenerateResult
+from rollyard.testing import ScriptedTransport
 from rollyard_verifiers import bridge as bridge_module
 from rollyard_verifiers.bridge import Bridge
 from rollyard_verifiers.serving import SharedContext
-from vf_helpers import ScriptedTransport
 
 
 class Counting:
@@ -72,7 +72,7 @@ def test_a_failing_open_reaches_every_user_and_can_be_retried() -> None:
 
 def test_session_records_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(bridge_module, "MAX_SESSIONS", 2)
-    bridge = Bridge(ScriptedTransport(GenerateResult([5], [-0.1], "stop", 7)))
+    bridge = Bridge(ScriptedTransport([GenerateResult([5], [-0.1], "stop", 7)]))
 
     async def main() -> None:
         for session in ("a", "b", "c"):

@@ -10,14 +10,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rollyard import GenerateRequest, GenerateResult, SamplingParams
 from rollyard.models.tiny import VOCAB_SIZE
-from rollyard_verifiers.bridge import Bridge, BridgeClient
+from rollyard.testing import ScriptedTransport
+from rollyard_verifiers.bridge import Bridge, BridgeServer
 from rollyard_verifiers.translate import (
     BridgeError,
     EngineResultError,
     build_choice,
     translate_request,
 )
-from vf_helpers import RENDERER_BODY, ScriptedTransport
+from vf_helpers import RENDERER_BODY
 
 
 def test_renderer_request_becomes_exactly_this_rollyard_request() -> None:
@@ -104,15 +105,23 @@ FIXTURES_OK = [HealthCheck.function_scoped_fixture]  # the renderer fixture is s
 
 
 def _through_renderers(renderer, ids: list[int], logprobs: list[float]) -> dict:
-    """Run ``renderers.client.generate`` (what verifiers' train client calls) against the
-    bridge's client face, with the engine answering ``ids``/``logprobs``."""
+    """Run ``renderers.client.generate`` (what verifiers' train client calls) with an OpenAI
+    client against the bridge's HTTP face, the engine answering ``ids``/``logprobs``."""
+    from openai import AsyncOpenAI
     from renderers.client import generate
 
-    transport = ScriptedTransport(GenerateResult(ids, logprobs, "stop"))
-    client = BridgeClient(Bridge(transport, model="tiny", max_model_len=512))
-    return asyncio.run(generate(client=client, renderer=renderer, model="tiny",
-                                messages=[{"role": "user", "content": "hi"}],
-                                sampling_params={"max_tokens": 8}))
+    async def main() -> dict:
+        transport = ScriptedTransport([GenerateResult(ids, logprobs, "stop")])
+        async with BridgeServer(Bridge(transport, model="tiny", max_model_len=512)) as server:
+            client = AsyncOpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+            try:
+                return await generate(client=client, renderer=renderer, model="tiny",
+                                      messages=[{"role": "user", "content": "hi"}],
+                                      sampling_params={"max_tokens": 8})
+            finally:
+                await client.close()
+
+    return asyncio.run(main())
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=FIXTURES_OK)
@@ -135,5 +144,8 @@ def test_equal_lengths_are_accepted_by_the_installed_renderers_parser(renderer, 
 def test_unequal_lengths_raise_instead_of_truncating(renderer, ids, logprobs) -> None:
     if len(ids) == len(logprobs):
         logprobs = [*logprobs, -1.0]
-    with pytest.raises(EngineResultError, match="refusing to truncate"):
+    from openai import APIStatusError
+
+    with pytest.raises(APIStatusError, match="refusing to truncate") as refused:
         _through_renderers(renderer, ids, logprobs)
+    assert refused.value.status_code == 502  # the bridge's answer to an unusable result

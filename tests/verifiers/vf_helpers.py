@@ -1,10 +1,9 @@
-"""Helpers shared by the verifiers tests: stand-ins for the engines, a renderer request."""
+"""Helpers shared by the verifiers tests: a fake SGLang server, a renderer request. (A scripted
+transport is ``rollyard.testing.ScriptedTransport``.)"""
 
 from __future__ import annotations
 
 from typing import Any
-
-from rollyard import GenerateRequest, GenerateResult, Transport
 
 #: What verifiers 0.4's train client posts for a second turn (renderers adds the last three).
 RENDERER_BODY = {
@@ -14,24 +13,6 @@ RENDERER_BODY = {
                         "stop_token_ids": [2], "logprobs": 1, "skip_special_tokens": False},
     "cache_salt": "abc", "priority": 0,
 }
-
-
-class ScriptedTransport(Transport):
-    """Stands in for the engines: answers every request with ``result`` and keeps the
-    requests it was sent."""
-
-    name = "scripted"
-
-    def __init__(self, result: GenerateResult | Exception) -> None:
-        super().__init__(["scripted://engine"])
-        self.result = result
-        self.requests: list[GenerateRequest] = []
-
-    async def generate(self, request: GenerateRequest) -> GenerateResult:
-        self.requests.append(request)
-        if isinstance(self.result, Exception):
-            raise self.result
-        return self.result
 
 
 class FakeSGLang:
