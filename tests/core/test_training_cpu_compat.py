@@ -31,6 +31,7 @@ CHECK = textwrap.dedent("""
     from rollyard.models.tiny import build_tiny_model
     from rollyard.training import cpu_compat
     from rollyard.training.batching import TrainItem
+    from rollyard.algorithms import StepInfo
     from rollyard.training.config import TrainConfig
     from rollyard.training.worker import MegatronWorker
 
@@ -58,7 +59,8 @@ CHECK = textwrap.dedent("""
     worker.setup("127.0.0.1", port)
     items = [TrainItem([5, 6, 7, 8, 9], 2, [1, 1, 1], [-6.0] * 3, 1.0),
              TrainItem([5, 6, 7, 9], 2, [1, 1], [-6.0] * 2, -1.0)]
-    report["step"] = worker.train_step(items, total_tokens=5.0)
+    report["step"] = worker.train_step(items, StepInfo(sequences=2, tokens=5.0,
+                                                      max_response_len=3))
     worker.shutdown()
     print("REPORT " + json.dumps(report))
 """)
