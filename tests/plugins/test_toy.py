@@ -13,7 +13,6 @@ from rollyard import (
     ConfigError,
     EngineAborted,
     GenerateRequest,
-    GenerateResult,
     RewardContext,
     RolloutContext,
     SampleStatus,
@@ -22,6 +21,7 @@ from rollyard import (
     TransportError,
 )
 from rollyard.rewards import RewardSet
+from rollyard.testing import ScriptedTransport
 from rollyard.train_flags import TrainFlags
 from rollyard_plugins import basic_rewards, toy
 
@@ -110,31 +110,24 @@ def test_register_rollouts_registers_toy_with_its_default_rewards(plugin_manager
 # --------------------------------------------------------------------------- episodes
 
 
-class AnsweringTransport(Transport):
-    """Plays a perfect model: reads the word from the rendered prompt and answers it. Episode
-    ``fail_index`` is aborted by the engine and ``error_index`` hits a transport error."""
+def answering(tokenizer, fail_index: int = -1, error_index: int = -1) -> ScriptedTransport:
+    """A scripted engine that plays a perfect model: reads the word from the rendered prompt
+    and answers it. Episode ``fail_index`` is aborted by the engine and ``error_index`` hits a
+    transport error."""
 
-    name = "answering"
-
-    def __init__(self, tokenizer, fail_index: int = -1, error_index: int = -1) -> None:
-        super().__init__(["http://engine.invalid"])
-        self.tokenizer, self.fail_index, self.error_index = tokenizer, fail_index, error_index
-        self.requests: list[GenerateRequest] = []
-
-    async def generate(self, request: GenerateRequest) -> GenerateResult:
-        self.requests.append(request)
+    def reply(request: GenerateRequest) -> list[int] | Exception:
         index = int(request.session_id.rsplit("/", 1)[1])
-        if index == self.fail_index:
-            raise EngineAborted("aborted by the engine", url=self.urls[0])
-        if index == self.error_index:
-            raise TransportError("connection refused", url=self.urls[0])
-        prompt = self.tokenizer.decode(request.input_ids)
+        if index == fail_index:
+            return EngineAborted("aborted by the engine", url=transport.urls[0])
+        if index == error_index:
+            return TransportError("connection refused", url=transport.urls[0])
+        prompt = tokenizer.decode(request.input_ids)
         operation, word = re.search(r"(copy|reverse): (\w+)", prompt).groups()
         answer = toy.OPERATIONS[operation](word)
-        ids = self.tokenizer.encode(answer, add_special_tokens=False)
-        ids.append(self.tokenizer.eos_token_id)
-        return GenerateResult(output_ids=ids, logprobs=[-0.25] * len(ids), finish_reason="stop",
-                              weight_version=3)
+        return [*tokenizer.encode(answer, add_special_tokens=False), tokenizer.eos_token_id]
+
+    transport = ScriptedTransport([reply], tokenizer=tokenizer, logprob=-0.25, weight_version=3)
+    return transport
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +138,7 @@ def tokenizer():
 
 
 def test_run_group_scores_a_perfect_answer(tokenizer):
-    transport = AnsweringTransport(tokenizer)
+    transport = answering(tokenizer)
     rollout = make_rollout({"operation": "reverse", "num_tasks": 20}, tokenizer=tokenizer,
                            transport=transport)
     task = rollout.tasks("train")[0]
@@ -167,13 +160,14 @@ def test_run_group_scores_a_perfect_answer(tokenizer):
 
 
 def test_run_group_keeps_aborted_and_failed_episodes_with_the_reason(tokenizer):
-    transport = AnsweringTransport(tokenizer, fail_index=1, error_index=2)
+    transport = answering(tokenizer, fail_index=1, error_index=2)
     rollout = make_rollout({"num_tasks": 20}, tokenizer=tokenizer, transport=transport)
     samples = asyncio.run(rollout.run_group(rollout.tasks("eval")[0], 3))
     for sample in samples:
         sample.validate()
     assert [s.status for s in samples] == [SampleStatus.COMPLETED, SampleStatus.ABORTED,
                                            SampleStatus.FAILED]
-    assert samples[1].metadata["failure"] == "aborted by the engine [engine http://engine.invalid]"
-    assert samples[2].metadata["failure"] == "connection refused [engine http://engine.invalid]"
+    engine = transport.urls[0]
+    assert samples[1].metadata["failure"] == f"aborted by the engine [engine {engine}]"
+    assert samples[2].metadata["failure"] == f"connection refused [engine {engine}]"
     assert samples[1].response_len == samples[2].response_len == 0
