@@ -201,10 +201,15 @@ class MegatronWorker:
                 "step_time": time.perf_counter() - start}
 
     def _stop_if_any_rank_failed(self, problem: str | None) -> None:
-        """Every rank learns every rank's loss problem (one collective, also when there is
-        none), so that all raise together, before the gradients are reduced or applied."""
+        """Every rank learns whether any rank's loss was unusable (one scalar all-reduce per
+        step) and then every problem, so that all raise together, before the gradients are
+        reduced or applied."""
         import torch.distributed as dist
 
+        flag = torch.tensor([0.0 if problem is None else 1.0], device=self.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        if flag.item() == 0.0:
+            return
         problems: list[str | None] = [None] * (self.tp * self.dp)
         dist.all_gather_object(problems, problem)
         first = next(((rank, p) for rank, p in enumerate(problems) if p), None)
