@@ -105,11 +105,12 @@ class RolloutContext:
     config: Mapping[str, Any]
     tokenizer: Tokenizer
     transport: Transport
-    options: Any
-    rng: random.Random
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    #: Accepted for plugins written before rewards moved out of the context; unused.
+    #: Unused, kept in its place so that contexts built positionally by plugins written
+    #: before rewards moved out of the context still work; the core applies rewards.
     rewards: Any = field(default=None, repr=False)
+    options: Any = None
+    rng: random.Random = field(default_factory=lambda: random.Random(0))
+    sampling: SamplingParams = field(default_factory=SamplingParams)
 
     def __post_init__(self) -> None:
         from rollyard.config import ConfigView, RunConfig
@@ -174,7 +175,8 @@ class Reward(Configurable, ABC):
 
     name: ClassVar[str] = ""
 
-    def __init__(self, context: RewardContext) -> None:
+    def __init__(self, context: RewardContext | None = None) -> None:
+        context = context if context is not None else RewardContext(tokenizer=None)
         context.options = _typed(type(self), context.options)
         self.context = context
 

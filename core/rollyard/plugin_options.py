@@ -107,8 +107,10 @@ def table_of(cls: type, plugin: str) -> str:
 
 
 def options_for(cls: type, plugin: str, values: Mapping[str, Any]) -> Any:
-    """What a registered class receives as its options: its typed table's instance, or the
-    dict of its plugin's legacy options."""
+    """What a registered class receives as its options: its typed table's instance; for a
+    class without ``Options``, its plugin's table (the ``add_options`` dict, or the typed
+    options a sibling class declares under the plugin's name)."""
     if getattr(cls, "Options", None) is not None:
         return values[options_prefix(cls)]
-    return dict(values.get(table_of(cls, plugin), {}))
+    table = values.get(plugin, {})  # the plugin's table: add_options values, or typed options
+    return dict(table) if isinstance(table, Mapping) else table

@@ -26,6 +26,9 @@ class Scripted(Rollout):
         super().__init__(RolloutContext({}, None, None, None, {}, None))
         self.behaviour = behaviour
 
+    def tasks(self, split):
+        return [TASK]
+
     async def run_group(self, task, n):
         return await self.behaviour(task, n)
 

@@ -333,19 +333,30 @@ def test_registration_errors_are_named(check):
     assert "NotARollout'> as a rollout, but it is not a subclass of rollyard.Rollout" in message
 
 
-def test_rollout_that_cannot_be_built_with_its_options_is_named(rollyard_tokenizer):
+def test_rollout_that_cannot_be_built_with_its_options_is_named(check):
+    class NeedsFile(Words):
+        name = "needs-file"
+
+        def __init__(self, context):
+            super().__init__(context)
+            raise FileNotFoundError("tasks.json")
+
+    message = failure(check(NeedsFile), "construct")
+    assert message.startswith("plugin 'broken', rollout 'needs-file': building it with options "
+                              "{} raised FileNotFoundError: tasks.json")
+
+
+def test_option_values_that_fail_their_check_are_named(rollyard_tokenizer, capsys):
     report = check_plugin("toy", argv=["--toy-num-tasks", "1"], tokenizer=rollyard_tokenizer)
-    message = failure(report, "construct")
-    assert message.startswith("plugin 'toy', rollout 'toy': building it with options "
-                              "{'operation': 'copy', 'num_tasks': 1} raised ConfigError: "
-                              "--toy-num-tasks 1: choose 2..")
+    assert "`rollyard train --toy-num-tasks 1` does not parse" in failure(report, "options")
+    assert "--toy-num-tasks: 1: choose 2..775" in capsys.readouterr().err
 
 
 def test_option_values_that_do_not_parse_are_named(rollyard_tokenizer, capsys):
     report = check_plugin("toy", argv=["--toy-operation", "rotate"],
                           tokenizer=rollyard_tokenizer)
     assert "`rollyard train --toy-operation rotate` does not parse" in failure(report, "options")
-    assert "invalid choice: 'rotate'" in capsys.readouterr().err
+    assert "--toy-operation: 'rotate': choose one of" in capsys.readouterr().err
 
 
 def test_unknown_entry_point_lists_installed_plugins():
@@ -457,6 +468,9 @@ def test_check_plugin_command_prints_the_report(rollyard_cli, make_distribution)
             def tasks(self, split):
                 return [Task(id="same", prompt="hi"), Task(id="same", prompt="ho")]
 
+            async def run_group(self, task, n):
+                return []
+
         @hookimpl
         def register_rollouts(register):
             register(Dupes)
@@ -478,6 +492,9 @@ def test_conformance_fixture_fails_the_test_with_the_report(tmp_path):
             name = "empty"
 
             def tasks(self, split):
+                return []
+
+            async def run_group(self, task, n):
                 return []
 
         @hookimpl
@@ -514,7 +531,7 @@ def test_testing_section_of_the_tutorial_runs(tmp_path):
     run = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"]
     result = subprocess.run(run, cwd=tmp_path, capture_output=True, text=True, timeout=300,
                             env=env)
-    assert result.returncode == 0 and "10 passed" in result.stdout, result.stdout
+    assert result.returncode == 0 and "11 passed" in result.stdout, result.stdout
     result = subprocess.run([sys.executable, "snippet.py"], cwd=tmp_path, capture_output=True,
                             text=True, timeout=300, env=env)
     assert result.stdout.rstrip().endswith("OK: 14 passed, 0 failed, 0 skipped"), result.stderr
