@@ -1,94 +1,76 @@
-"""The plugin's options (``--codegolf-*``) and the settings built from them."""
+"""The plugin's options, declared once: the ``--codegolf-*`` flags, the ``[codegolf]`` table of
+run.toml and the ``codegolf`` section of config.json all come from :class:`CodegolfOptions`,
+which the rollout and the three rewards share."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
-from rollyard import ConfigError
+from rollyard.options import at_least, build_options, option, positive
 
-from rollyard_codegolf.parsing import EXTRACT_MODES
 from rollyard_codegolf.sandbox import SandboxLimits
 
-CORRECT_MODES = ("fraction", "all")
+#: Flag prefix and run.toml table of :class:`CodegolfOptions`.
+PREFIX = "codegolf"
+_LIMITS = SandboxLimits()
 
 
 @dataclass(frozen=True)
-class CodegolfSettings:
-    """Everything the rollout, rewards and commands need to run and score programs."""
+class CodegolfOptions:
+    """Where the tasks come from, how replies become programs and are scored, the sandbox's
+    limits and the default rewards' weights."""
 
-    tasks_path: str | None = None
-    extract: str = "last_block"
-    correct: str = "fraction"
-    workers: int = 2
-    unsafe_no_sandbox: bool = False
-    python: str | None = None
-    limits: SandboxLimits = field(default_factory=SandboxLimits)
-    weights: tuple[tuple[str, float], ...] = ()
+    tasks: str | None = option(
+        None, metavar="PATH",
+        help="task file or folder of *.json task files (default: the shipped problems)")
+    extract: Literal["last_block", "whole"] = option(  # parsing.ExtractMode
+        "last_block", help="where the program is in a reply: the last fenced python block, "
+                           "or the whole reply")
+    correct: Literal["fraction", "all"] = option(
+        "fraction", help="codegolf.correct: fraction of hidden tests passed, or 1 only when "
+                         "all pass")
+    workers: int = option(2, metavar="N", check=at_least(1), help="programs run in parallel")
+    timeout: float = option(_LIMITS.wall_s, metavar="S", check=positive,
+                            help="wall-clock seconds per test run")
+    cpu: int = option(_LIMITS.cpu_s, metavar="S", check=positive,
+                      help="CPU seconds per test run")
+    memory_mb: int = option(_LIMITS.memory_bytes // 2**20, metavar="MB", check=positive,
+                            help="address-space limit per test run")
+    output_kb: int = option(_LIMITS.output_bytes // 1024, metavar="KB", check=positive,
+                            help="stdout cap per test run; more is a failure")
+    python: str | None = option(None, metavar="PATH",
+                                help="interpreter inside the sandbox (default: this one's base)")
+    unsafe_no_sandbox: bool = option(
+        False, help="run programs WITHOUT bubblewrap isolation where it cannot run (rlimits "
+                    "and timeouts only); never on untrusted models")
+    weight_correct: float = option(1.0, metavar="W",
+                                   help="weight of codegolf.correct in the default rewards")
+    weight_concise: float = option(0.2, metavar="W",
+                                   help="weight of codegolf.concise in the default rewards")
+    weight_fast: float = option(0.0, metavar="W",
+                                help="weight of codegolf.fast in the default rewards (0: "
+                                     "recorded, not counted)")
+
+    @property
+    def limits(self) -> SandboxLimits:
+        """The sandbox limits of one test run."""
+        return SandboxLimits(wall_s=self.timeout, cpu_s=self.cpu,
+                             memory_bytes=self.memory_mb * 2**20,
+                             output_bytes=self.output_kb * 1024)
+
+    @property
+    def reward_weights(self) -> dict[str, float]:
+        """The default rewards: ``{"codegolf.correct": 1.0, …}`` from the weight options."""
+        return {"codegolf.correct": self.weight_correct,
+                "codegolf.concise": self.weight_concise, "codegolf.fast": self.weight_fast}
 
     @classmethod
-    def from_options(cls, options: Mapping[str, Any]) -> CodegolfSettings:
-        """Build from ``context.options`` (the ``--codegolf-*`` values, prefix removed);
-        missing or None values take the defaults. ConfigError names the bad option."""
-
-        def get(name: str, default: Any) -> Any:
-            value = options.get(name)
-            return default if value is None else value
-
-        extract, correct = get("extract", "last_block"), get("correct", "fraction")
-        if extract not in EXTRACT_MODES:
-            raise ConfigError(f"--codegolf-extract {extract!r}: choose one of {EXTRACT_MODES}")
-        if correct not in CORRECT_MODES:
-            raise ConfigError(f"--codegolf-correct {correct!r}: choose one of {CORRECT_MODES}")
-        workers = int(get("workers", 2))
-        if workers < 1:
-            raise ConfigError(f"--codegolf-workers {workers}: must be at least 1")
-        base = SandboxLimits()
-        try:
-            limits = SandboxLimits(
-                wall_s=float(get("timeout", base.wall_s)), cpu_s=int(get("cpu", base.cpu_s)),
-                memory_bytes=int(get("memory_mb", base.memory_bytes // 2**20)) * 2**20,
-                output_bytes=int(get("output_kb", base.output_bytes // 1024)) * 1024)
-        except ValueError as exc:
-            raise ConfigError(f"codegolf sandbox limits: {exc}") from exc
-        weights = tuple((f"codegolf.{name}", float(options[f"weight_{name}"]))
-                        for name in ("correct", "concise", "fast")
-                        if options.get(f"weight_{name}") is not None)
-        return cls(tasks_path=options.get("tasks"), extract=extract, correct=correct,
-                   workers=workers, unsafe_no_sandbox=bool(options.get("unsafe_no_sandbox")),
-                   python=options.get("python"), limits=limits, weights=weights)
-
-
-def add_options(group: Any) -> None:
-    """Declare the ``--codegolf-*`` options on a plugin option group."""
-    group.add_argument("--codegolf-tasks", metavar="PATH",
-                       help="task file or folder of *.json task files (default: the shipped "
-                            "problems)")
-    group.add_argument("--codegolf-extract", choices=EXTRACT_MODES, default="last_block",
-                       help="where the program is in a reply: the last fenced python block, "
-                            "or the whole reply")
-    group.add_argument("--codegolf-correct", choices=CORRECT_MODES, default="fraction",
-                       help="codegolf.correct: fraction of hidden tests passed, or 1 only "
-                            "when all pass")
-    group.add_argument("--codegolf-workers", type=int, default=2, metavar="N",
-                       help="programs run in parallel")
-    group.add_argument("--codegolf-timeout", type=float, default=SandboxLimits.wall_s,
-                       metavar="S", help="wall-clock seconds per test run")
-    group.add_argument("--codegolf-cpu", type=int, default=SandboxLimits.cpu_s, metavar="S",
-                       help="CPU seconds per test run")
-    group.add_argument("--codegolf-memory-mb", type=int,
-                       default=SandboxLimits.memory_bytes // 2**20, metavar="MB",
-                       help="address-space limit per test run")
-    group.add_argument("--codegolf-output-kb", type=int,
-                       default=SandboxLimits.output_bytes // 1024, metavar="KB",
-                       help="stdout cap per test run; more is a failure")
-    group.add_argument("--codegolf-python", metavar="PATH",
-                       help="interpreter inside the sandbox (default: this one's base)")
-    group.add_argument("--codegolf-unsafe-no-sandbox", action="store_true",
-                       help="run programs WITHOUT bubblewrap isolation where it cannot run "
-                            "(rlimits and timeouts only); never on untrusted models")
-    for name, weight in (("correct", 1.0), ("concise", 0.2), ("fast", 0.0)):
-        group.add_argument(f"--codegolf-weight-{name}", type=float, metavar="W",
-                           help=f"weight of codegolf.{name} in the default rewards "
-                                f"(default {weight})")
+    def of(cls, options: CodegolfOptions | Mapping[str, Any] | None) -> CodegolfOptions:
+        """``context.options`` as CodegolfOptions: the core hands an instance; a mapping of
+        option names to values (a test, the verifiers taskset's config) is checked like
+        run.toml, and a ConfigError names the bad option."""
+        if isinstance(options, cls):
+            return options
+        return build_options(cls, PREFIX, dict(options or {}))

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Literal, get_args
 
 ExtractMode = Literal["last_block", "whole"]
-EXTRACT_MODES: tuple[str, ...] = ("last_block", "whole")
+EXTRACT_MODES: tuple[str, ...] = get_args(ExtractMode)
 
 # A fenced block: ``` or ~~~ (3+), an optional info string, the body, the same fence again.
 # An unclosed final block (a reply cut at max_new_tokens) counts up to the end of the reply.

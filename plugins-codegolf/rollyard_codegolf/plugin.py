@@ -1,5 +1,6 @@
-"""Entry point of rollyard-codegolf: the ``codegolf`` rollout, its three rewards, the
-``rollyard codegolf`` command and the ``--codegolf-*`` options.
+"""Entry point of rollyard-codegolf: the ``codegolf`` rollout, its three rewards and the
+``rollyard codegolf`` command. The ``--codegolf-*`` options are declared once, as
+:class:`rollyard_codegolf.options.CodegolfOptions` on those classes.
 
 Everything here and in the modules it imports is standard library plus ``rollyard``, so
 loading the plugin stays cheap.
@@ -32,10 +33,3 @@ def register_commands(register: Any) -> None:
     from rollyard_codegolf.commands import CodegolfCommand
 
     register(CodegolfCommand)
-
-
-@hookimpl
-def add_options(group: Any) -> None:
-    from rollyard_codegolf.settings import add_options as add
-
-    add(group)

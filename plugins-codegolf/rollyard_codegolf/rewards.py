@@ -1,23 +1,22 @@
 """Rewards ``codegolf.correct``, ``codegolf.concise`` and ``codegolf.fast``.
 
-Each reads the sample's program record (``sample.metadata["codegolf"]``: program, tests passed,
-reason, runtime, length) and computes it when missing, so any rollout that puts the model's
-reply in ``metadata["completion"]`` and poses tasks made by ``CodegolfTask.to_task`` can use
-them. A score of 0 has its reason in the record's ``reason`` field.
+All three read one :class:`~rollyard_codegolf.evaluator.CodegolfEvaluator` result per sample:
+in a run the core evaluates each group once (each program runs once per sample, whichever of
+these rewards are applied) and passes the results to each reward. Any rollout that puts the
+model's reply in ``metadata["completion"]`` and poses tasks made by ``CodegolfTask.to_task``
+can use them. A score of 0 has its reason in ``metadata["codegolf"]["reason"]``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
 
-from rollyard import Reward, RewardContext, Sample, Task
+from rollyard import RewardContext, Sample, Task
+from rollyard.evaluation import EvaluatedReward, Score
 
-from rollyard_codegolf.settings import CodegolfSettings
-
-if TYPE_CHECKING:
-    from rollyard_codegolf.runner import ProgramRunner
-
-Scores = list[float | dict[str, float]]
+from rollyard_codegolf.evaluator import CodegolfEvaluator
+from rollyard_codegolf.options import PREFIX, CodegolfOptions
+from rollyard_codegolf.scoring import ProgramResult
 
 
 def _relative(values: list[float], lower_is_better: bool = True) -> list[float]:
@@ -29,27 +28,16 @@ def _relative(values: list[float], lower_is_better: bool = True) -> list[float]:
     return [((high - v) if lower_is_better else (v - low)) / (high - low) for v in values]
 
 
-class CodegolfReward(Reward):
-    """Shared set-up: the settings from the plugin's options and the shared program runner."""
+class CodegolfReward(EvaluatedReward[ProgramResult]):
+    """What the three rewards share: the ``--codegolf-*`` options and the evaluator."""
+
+    Options = CodegolfOptions
+    options_prefix = PREFIX
+    evaluator = CodegolfEvaluator
 
     def __init__(self, context: RewardContext) -> None:
         super().__init__(context)
-        self.settings = CodegolfSettings.from_options(context.options or {})
-        self._runner: ProgramRunner | None = None
-
-    @property
-    def runner(self) -> ProgramRunner:
-        if self._runner is None:
-            from rollyard_codegolf.runner import shared_runner
-
-            self._runner = shared_runner(self.settings)
-        return self._runner
-
-    async def records(self, samples: list[Sample], task: Task) -> list[dict[str, Any]]:
-        return await self.runner.score_samples(samples, task)
-
-    async def score(self, sample: Sample, task: Task) -> float:
-        return (await self.score_group([sample], task))[0]  # type: ignore[return-value]
+        self.options = CodegolfOptions.of(context.options)
 
 
 class CorrectReward(CodegolfReward):
@@ -58,11 +46,11 @@ class CorrectReward(CodegolfReward):
 
     name = "codegolf.correct"
 
-    async def score_group(self, samples: list[Sample], task: Task) -> Scores:
-        records = await self.records(samples, task)
-        if self.settings.correct == "all":
-            return [float(r["passed"] == r["total"] and r["total"] > 0) for r in records]
-        return [float(r["fraction"]) for r in records]
+    async def score_evaluated(self, samples: list[Sample], task: Task,
+                              results: Sequence[ProgramResult]) -> list[Score]:
+        if self.options.correct == "all":
+            return [float(r.score.all_passed) for r in results]
+        return [r.score.fraction for r in results]
 
 
 class ConciseReward(CodegolfReward):
@@ -72,16 +60,14 @@ class ConciseReward(CodegolfReward):
 
     name = "codegolf.concise"
 
-    async def score_group(self, samples: list[Sample], task: Task) -> Scores:
-        records = await self.records(samples, task)
-        passing = [i for i, r in enumerate(records) if r["passed"] == r["total"] > 0]
-        scores: Scores = [0.0] * len(records)
-        if not passing:
-            return scores
-        within = _relative([float(records[i]["length"]) for i in passing])
+    async def score_evaluated(self, samples: list[Sample], task: Task,
+                              results: Sequence[ProgramResult]) -> list[Score]:
+        passing = [i for i, r in enumerate(results) if r.score.all_passed]
+        scores: list[Score] = [0.0] * len(results)
+        within = _relative([float(results[i].score.length) for i in passing]) if passing else []
         for i, rank in zip(passing, within):
-            record = records[i]
-            versus_reference = min(1.0, record["reference_len"] / max(1, record["length"]))
+            result = results[i]
+            versus_reference = min(1.0, result.reference_len / max(1, result.score.length))
             scores[i] = 0.5 * versus_reference + 0.5 * rank
         return scores
 
@@ -92,14 +78,13 @@ class FastReward(CodegolfReward):
 
     name = "codegolf.fast"
 
-    async def score_group(self, samples: list[Sample], task: Task) -> Scores:
-        records = await self.records(samples, task)
-        passing = [i for i, r in enumerate(records) if r["passed"] == r["total"] > 0]
-        scores: Scores = [0.0] * len(records)
-        if passing:
-            for i, rank in zip(passing, _relative([float(records[i]["runtime"])
-                                                   for i in passing])):
-                scores[i] = rank
+    async def score_evaluated(self, samples: list[Sample], task: Task,
+                              results: Sequence[ProgramResult]) -> list[Score]:
+        passing = [i for i, r in enumerate(results) if r.score.all_passed]
+        scores: list[Score] = [0.0] * len(results)
+        runtimes = [results[i].score.runtime for i in passing]
+        for i, rank in zip(passing, _relative(runtimes) if passing else []):
+            scores[i] = rank
         return scores
 
 

@@ -41,6 +41,21 @@ class ProgramScore:
         return {**asdict(self), "fraction": self.fraction}
 
 
+@dataclass(frozen=True)
+class ProgramResult:
+    """One reply's program (None when it had none), how it scored on the hidden tests, and
+    the task's reference length: everything the codegolf rewards read."""
+
+    program: str | None
+    score: ProgramScore
+    reference_len: int
+
+    def as_record(self) -> dict[str, Any]:
+        """The record kept in ``sample.metadata["codegolf"]`` for the sample tables."""
+        return {"program": self.program, "reference_len": self.reference_len,
+                **self.score.as_dict()}
+
+
 def normalise_output(text: str) -> str:
     """Output as compared: trailing whitespace removed from each line and from the end."""
     return "\n".join(line.rstrip() for line in text.rstrip().split("\n"))

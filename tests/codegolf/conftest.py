@@ -1,9 +1,9 @@
 """Fixtures for the code-golf plugin: the shipped tasks, sandboxes with the default and with
-short limits, a tokenizer, and (for the rollout tests) a tiny model served by the embedded
-engine."""
+short limits, a count of the programs the sandbox runs, and a tokenizer."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -36,3 +36,19 @@ def tokenizer() -> Any:
     from rollyard.models.tokenizer import train_tokenizer
 
     return train_tokenizer()
+
+
+@pytest.fixture
+def sandbox_runs(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """How many times the real sandbox ran each program (a spy on ``Sandbox.run`` that still
+    runs it; the empty program each new sandbox runs as its set-up probe is not counted)."""
+    runs: Counter[str] = Counter()
+    real_run = Sandbox.run
+
+    def counted(self: Sandbox, code: str, stdin: str = "") -> Any:
+        if code:
+            runs[code] += 1
+        return real_run(self, code, stdin)
+
+    monkeypatch.setattr(Sandbox, "run", counted)
+    return runs
