@@ -13,10 +13,10 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from rollyard.errors import RollyardError
 from rollyard.interfaces import Command
+from rollyard.listing import plugins_table
 from rollyard.plugins import PluginManager
 from rollyard.train_flags import TrainFlags, train_argv_plugins
 
@@ -76,14 +76,7 @@ def cmd_plugins(args: argparse.Namespace, manager: PluginManager) -> int:
     if args.json:
         print(json.dumps([r.as_dict() for r in records], indent=2))
         return 0
-    table = Table(title="rollyard plugins")
-    for column in ("name", "distribution", "version", "registers", "hooks", "errors"):
-        table.add_column(column, overflow="fold")
-    for r in records:
-        registers = "\n".join(f"{kind}: {', '.join(names)}" for kind, names in r.registers.items())
-        table.add_row(r.name, r.distribution, r.version, registers, ", ".join(r.hooks),
-                      "\n".join(r.errors) or "-", style="red" if r.errors else None)
-    Console().print(table)
+    Console().print(plugins_table(records))
     return 0
 
 

@@ -86,7 +86,7 @@ def test_plugins_table(rollyard_cli):
     result = rollyard_cli("plugins")
     assert result.returncode == 0, result.stderr
     for text in ("rollyard plugins", "basic-rewards", "reward: exact-match, char-f1",
-                 "register_rollouts"):
+                 "rollout: toy"):
         assert text in result.stdout
 
 

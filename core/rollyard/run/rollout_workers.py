@@ -17,7 +17,7 @@ from rollyard.interfaces import RewardContext, RolloutContext
 from rollyard.plugin_options import OptionTables
 from rollyard.plugins import PluginManager
 from rollyard.rewards import RewardSet
-from rollyard.run.collect import CollectSettings, collect_step, placeholder
+from rollyard.run.collect import CollectSettings, collect_step, model_max_tokens, placeholder
 from rollyard.types import Sample, SampleStatus, SamplingParams, Task
 
 
@@ -63,7 +63,8 @@ class RolloutWorker:
             rng=random.Random(f"{config.seed}-{index}"), sampling=run_sampling(config))
         self.rollout = manager.get("rollout", config.rollout_plugin)(context)
         self.settings = CollectSettings(config.group_size, config.max_concurrent_groups,
-                                        config.rollout_timeout)
+                                        config.rollout_timeout,
+                                        max_tokens=model_max_tokens(spec.model_dir))
         self._tasks: dict[str, list[Task]] = {}
 
     def tasks(self, split: str) -> list[Task]:
