@@ -5,8 +5,6 @@ Every path sends the same prompt ids, stop ids, ``max_new_tokens`` and per-reque
 one embedded engine serving a freshly built tiny model, so the engine does the same work:
 
 * ``direct``: ``SGLangTransport.generate`` (the baseline);
-* ``renderer -> bridge client face``: ``renderers.client.generate`` rendering the chat and
-  parsing the reply, through :class:`BridgeClient` (verifiers 0.2.x's path, in-process);
 * ``HTTP face (aiohttp client)``: the prebuilt vLLM body posted to :class:`BridgeServer`;
 * ``renderer -> OpenAI client -> HTTP face``: what verifiers 0.4 does (an ``AsyncOpenAI``
   client built from the bridge's base URL); its extra cost over the row above is the OpenAI
@@ -59,7 +57,7 @@ async def measure(engine_url: str, model_dir: str, requests: int, rounds: int,
     from renderers.client import generate
     from rollyard import GenerateRequest, SamplingParams
     from rollyard_plugins.sglang_transport import SGLangTransport
-    from rollyard_verifiers.bridge import GENERATE_PATH, Bridge, BridgeClient, BridgeServer
+    from rollyard_verifiers.bridge import GENERATE_PATH, Bridge, BridgeServer
 
     renderer = create_renderer(load_tokenizer(model_dir), DefaultRendererConfig())
     prompt_ids = list(renderer.render(MESSAGES, add_generation_prompt=True).token_ids)
@@ -81,12 +79,6 @@ async def measure(engine_url: str, model_dir: str, requests: int, rounds: int,
                 max_new_tokens=max_new_tokens, stop_token_ids=stop_ids, seed=i)))
             return len(result.output_ids)
 
-        async def client_face(i: int) -> int:
-            result = await generate(client=BridgeClient(bridge), renderer=renderer,
-                                    messages=MESSAGES, model="tiny",
-                                    sampling_params={"max_tokens": max_new_tokens, "seed": i})
-            return len(result["completion_ids"])
-
         async def http_face(i: int) -> int:
             async with http.post(endpoint, json=body(i)) as response:
                 return len((await response.json())["choices"][0]["token_ids"])
@@ -99,8 +91,7 @@ async def measure(engine_url: str, model_dir: str, requests: int, rounds: int,
             return len(result["completion_ids"])
 
         paths: dict[str, Path] = {
-            "direct": direct, "renderer -> bridge client face": client_face,
-            "HTTP face (aiohttp client)": http_face,
+            "direct": direct, "HTTP face (aiohttp client)": http_face,
             "renderer -> OpenAI client -> HTTP face": openai_http_face}
         names = list(paths)
         for name in names:  # warm-up: connections, tokenizer caches
