@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.rollyard-installed
 PACKAGE_FILES := pyproject.toml plugins-codegolf/pyproject.toml plugins-verifiers/pyproject.toml
 
-.PHONY: install demo test test-fast test-sglang bench lint clean
+.PHONY: install demo test test-fast test-sglang bench lint docs clean
 
 install: $(STAMP)
 
@@ -32,6 +32,9 @@ bench: install
 
 lint: install
 	$(VENV)/bin/ruff check core plugins plugins-codegolf plugins-verifiers tests benchmarks
+
+docs: install
+	$(PY) scripts/gen_docs.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

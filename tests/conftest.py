@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -14,6 +15,78 @@ from rollyard.plugins import PluginManager
 
 RAY_INIT = {"num_cpus": 2, "object_store_memory": 200 * 1024**2, "include_dashboard": False,
             "ignore_reinit_error": True}
+
+
+# --------------------------------------------------------------------------- hook calls
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--record-hook-calls", metavar="PATH", default=None,
+        help="write to PATH (JSON lines) which rollyard hooks each test made rollyard's own "
+             "code call, with at least one implementation (tests/test_docs.py reads it)")
+
+
+class HookCallRecorder:
+    """Watches every rollyard PluginManager made during the session (pluggy's hook-call
+    monitoring) and keeps ``(test, hook, caller)`` for each call that rollyard's own code made
+    and some plugin implemented; a test calling ``pm.hook.x`` itself does not count."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.test = ""
+        self.calls: dict[tuple[str, str, str], list[str]] = {}
+        self._init = PluginManager.__init__
+
+    def install(self) -> None:
+        recorder, init = self, self._init
+
+        def watched_init(manager: PluginManager, *args: object, **kwargs: object) -> None:
+            init(manager, *args, **kwargs)
+            manager.pm.add_hookcall_monitoring(recorder.before, lambda *_: None)
+
+        PluginManager.__init__ = watched_init
+
+    def uninstall(self) -> None:
+        PluginManager.__init__ = self._init
+        with self.path.open("w") as out:
+            for (test, hook, caller), plugins in sorted(self.calls.items()):
+                out.write(json.dumps({"test": test, "hook": hook, "caller": caller,
+                                      "plugins": plugins}) + "\n")
+
+    def before(self, hook_name: str, impls: list, kwargs: dict) -> None:
+        if not impls:
+            return
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_globals.get("__name__", "").startswith("pluggy"):
+            frame = frame.f_back
+        module = frame.f_globals.get("__name__", "") if frame is not None else ""
+        if module == "rollyard" or module.startswith("rollyard."):
+            caller = f"{module}.{frame.f_code.co_qualname}"
+            self.calls.setdefault((self.test, hook_name, caller), sorted(
+                {impl.plugin_name for impl in impls}))
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item) -> Iterator[None]:
+        self.test = item.nodeid
+        try:
+            return (yield)
+        finally:
+            self.test = ""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    path = config.getoption("--record-hook-calls")
+    if path:
+        recorder = HookCallRecorder(Path(path))
+        recorder.install()
+        config.pluginmanager.register(recorder, "rollyard-hook-call-recorder")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    recorder = config.pluginmanager.get_plugin("rollyard-hook-call-recorder")
+    if recorder is not None:
+        recorder.uninstall()
 
 
 @pytest.fixture(scope="session")

@@ -26,26 +26,45 @@ class SampleStatus(str, enum.Enum):
 class Task:
     """One problem an environment poses. ``data`` is the environment's own (answer, tests …)."""
 
+    #: Unique within the environment; names the task in samples, metrics and errors.
     id: str
+    #: Chat messages (rendered with the tokenizer's chat template) or plain text (encoded as
+    #: is, without special tokens).
     prompt: list[Message] | str
+    #: The environment's own data (answer, tests …); rewards read it.
     data: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
 class SamplingParams:
+    """How one generation samples; a rollout finds the run's in ``context.sampling``."""
+
+    #: Most tokens generated for one request (one turn).
     max_new_tokens: int = 64
+    #: Sampling temperature; the trainer recomputes logprobs at the same one.
     temperature: float = 1.0
+    #: Nucleus sampling: keep the smallest set of tokens whose probability reaches this
+    #: (1.0: off).
     top_p: float = 1.0
+    #: Keep only the k most likely tokens (-1: off).
     top_k: int = -1
+    #: Generation stops after any of these; ``sample_single_turn`` adds the tokenizer's EOS.
     stop_token_ids: list[int] = field(default_factory=list)
+    #: Seed of this request's sampling (None: the engine's own randomness).
     seed: int | None = None
+    #: Stop tokens are ignored until this many tokens were generated.
     min_new_tokens: int = 0
 
 
 @dataclass
 class GenerateRequest:
+    """Token-in half of a generation."""
+
+    #: The whole context: the rendered prompt and, in a multi-turn episode, every turn since.
     input_ids: list[int]
+    #: How to sample.
     sampling: SamplingParams = field(default_factory=SamplingParams)
+    #: Requests with the same id go to the same engine (sticky routing keeps its KV cache).
     session_id: str | None = None
 
 
@@ -53,9 +72,13 @@ class GenerateRequest:
 class GenerateResult:
     """Token-out half of a generation. An engine abort is raised, never returned."""
 
+    #: The generated token ids, the stop token included when one ended the generation.
     output_ids: list[int]
+    #: Logprob of each output id, ``log_softmax(logits / temperature)`` (one per id).
     logprobs: list[float]
+    #: ``stop`` (a stop token) or ``length`` (``max_new_tokens`` reached).
     finish_reason: FinishReason
+    #: Version of the weights that generated it (0: the initial model).
     weight_version: int = 0
 
 
@@ -63,16 +86,29 @@ class GenerateResult:
 class Sample:
     """One trajectory for training: prompt + response ids with per-response-token data."""
 
+    #: Prompt and response token ids.
     tokens: list[int]
+    #: How many of ``tokens`` are the prompt; the rest is the response.
     prompt_len: int
+    #: One per response token: 1 to train on it, 0 for tokens the environment inserted
+    #: (tool output, a user turn) in a multi-turn episode.
     loss_mask: list[int]
+    #: The engine's logprob of each response token (one per response token).
     logprobs: list[float]
+    #: The total reward: the weighted sum of the rewards' scores.
     reward: float = 0.0
+    #: Each reward's score by name (``name/key`` for a reward's named components).
     rewards: dict[str, float] = field(default_factory=dict)
+    #: How the episode ended; only completed and truncated samples are trained on.
     status: SampleStatus = SampleStatus.COMPLETED
+    #: The id of the task it answers.
     task_id: str = ""
+    #: Shared by the samples of one ``run_group`` call; advantages are relative to it.
     group_id: str = ""
+    #: Version of the weights that generated the response.
     weight_version: int = 0
+    #: Free data: ``completion`` (the decoded response), ``failure`` (why a sample was lost)
+    #: and whatever the environment keeps.
     metadata: dict[str, Any] = field(default_factory=dict)
 
     @classmethod

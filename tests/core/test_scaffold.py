@@ -31,9 +31,11 @@ def test_copy_renames_package_entry_point_options_and_classes(tmp_path):
     assert project["project"]["entry-points"]["rollyard"] == {
         "word-sort": "rollyard_word_sort.plugin"}
     plugin = (target / "src/rollyard_word_sort/plugin.py").read_text()
-    assert '"--word-sort-num-tasks"' in plugin and "from rollyard_word_sort.env import" in plugin
+    assert "from rollyard_word_sort.env import" in plugin
     env = (target / "src/rollyard_word_sort/env.py").read_text()
     assert 'name = "word-sort"' in env and '{"word-sort-sorted": 1.0}' in env
+    assert "class WordSortOptions:" in env and "Options = WordSortOptions" in env
+    assert "--word-sort-num-tasks" in env
     leftovers = [p for p in target.rglob("*") if p.is_file()
                  and ("myenv" in p.read_text().lower() or "myenv" in str(p).lower())]
     assert leftovers == []

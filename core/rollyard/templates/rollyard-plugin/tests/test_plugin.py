@@ -10,7 +10,7 @@ from rollyard import ConfigError, EngineAborted, RewardContext, RolloutContext, 
 from rollyard.rewards import RewardSet
 
 from rollyard_myenv import plugin
-from rollyard_myenv.env import SortLetters, make_tasks
+from rollyard_myenv.env import MyenvOptions, SortLetters, make_tasks
 from rollyard_myenv.reward import SortedMatch
 
 
@@ -27,13 +27,15 @@ def test_registers_the_rollout_and_the_reward(rollyard_manager):
 
 
 def build(transport, tokenizer, **options):
-    return SortLetters(RolloutContext(
-        config={"seed": 0}, tokenizer=tokenizer, transport=transport,
-        rewards=RewardSet({}, {}), options=options, rng=random.Random(0)))
+    """The rollout as a run builds it: ``config`` takes core options by name (the others keep
+    their defaults) and ``options`` this plugin's, checked as the ``--myenv-*`` flags are."""
+    return SortLetters(RolloutContext(config={"seed": 0}, tokenizer=tokenizer,
+                                      transport=transport, options=options,
+                                      rng=random.Random(0)))
 
 
 def run_and_score(rollout, task, n):
-    reward = SortedMatch(RewardContext(tokenizer=rollout.context.tokenizer, options={}))
+    reward = SortedMatch(RewardContext(tokenizer=rollout.context.tokenizer))
     rewards = RewardSet({reward.name: reward}, {reward.name: 1.0})
 
     async def episode():
@@ -45,7 +47,7 @@ def run_and_score(rollout, task, n):
 
 
 def test_right_answer_scores_one_and_a_wrong_one_less(rollyard_tokenizer, scripted_transport):
-    task = make_tasks(10, 4, seed=0)[0]
+    task = make_tasks(MyenvOptions(num_tasks=10), seed=0)[0]
     wrong = task.data["answer"][::-1]
     transport = scripted_transport([task.data["answer"], wrong], tokenizer=rollyard_tokenizer)
     samples = run_and_score(build(transport, rollyard_tokenizer), task, 2)
@@ -56,7 +58,7 @@ def test_right_answer_scores_one_and_a_wrong_one_less(rollyard_tokenizer, script
 
 
 def test_an_engine_abort_becomes_an_aborted_sample(rollyard_tokenizer, scripted_transport):
-    task = make_tasks(10, 4, seed=0)[0]
+    task = make_tasks(MyenvOptions(num_tasks=10), seed=0)[0]
     transport = scripted_transport([EngineAborted("engine restarted")],
                                    tokenizer=rollyard_tokenizer)
     samples = run_and_score(build(transport, rollyard_tokenizer), task, 2)
@@ -65,12 +67,15 @@ def test_an_engine_abort_becomes_an_aborted_sample(rollyard_tokenizer, scripted_
 
 
 def test_options_shape_the_tasks():
-    tasks = make_tasks(50, 3, seed=1)
+    rollout = build(None, None, num_tasks=50, word_length=3)
+    assert rollout.context.options == MyenvOptions(num_tasks=50, word_length=3)
+    tasks = [*rollout.tasks("train"), *rollout.tasks("eval")]
     assert len(tasks) == 50
     assert all(len(t.data["answer"]) == 3 for t in tasks)
-    assert tasks == make_tasks(50, 3, seed=1)
+    assert rollout.tasks("train") == build(None, None, num_tasks=50, word_length=3).tasks("train")
 
 
 def test_too_many_tasks_is_a_clear_error():
-    with pytest.raises(ConfigError, match="--myenv-num-tasks 100 .* choose .* 2..64"):
-        make_tasks(100, 2, seed=0)
+    with pytest.raises(ConfigError, match="--myenv-num-tasks 100 with --myenv-word-length 2: "
+                                          "choose 2..64"):
+        build(None, None, num_tasks=100, word_length=2)

@@ -4,26 +4,37 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import ClassVar
 
-from rollyard import ConfigError, Rollout, RolloutContext, Sample, Task
+from rollyard import Rollout, RolloutContext, Sample, Task
+from rollyard.options import at_least, option
 
 ALPHABET = "abcdefgh"
-DEFAULT_NUM_TASKS = 200
-DEFAULT_WORD_LENGTH = 4
 EVAL_SHARE = 0.2
 
 
-def make_tasks(count: int, length: int, seed: int) -> list[Task]:
-    """``count`` distinct words of ``length`` letters, in an order fixed by ``seed``."""
-    possible = len(ALPHABET) ** length
-    if length < 2 or not 2 <= count <= possible:
-        raise ConfigError(f"--myenv-num-tasks {count} with --myenv-word-length {length}: "
-                          f"choose a length of at least 2 and 2..{possible} tasks")
+@dataclass(frozen=True)
+class MyenvOptions:
+    """The ``--myenv-*`` options (the ``[myenv]`` table of a run.toml), declared once."""
+
+    num_tasks: int = option(200, check=at_least(2),
+                            help="distinct words, split 80/20 into train and eval")
+    word_length: int = option(4, check=at_least(2), help="letters per word")
+
+    def __post_init__(self) -> None:
+        possible = len(ALPHABET) ** self.word_length
+        if self.num_tasks > possible:
+            raise ValueError(f"--myenv-num-tasks {self.num_tasks} with --myenv-word-length "
+                             f"{self.word_length}: choose 2..{possible} tasks")
+
+
+def make_tasks(options: MyenvOptions, seed: int) -> list[Task]:
+    """``options.num_tasks`` distinct words, in an order fixed by ``seed``."""
     rng = random.Random(f"myenv-{seed}")
     words: dict[str, None] = {}
-    while len(words) < count:
-        words["".join(rng.choice(ALPHABET) for _ in range(length))] = None
+    while len(words) < options.num_tasks:
+        words["".join(rng.choice(ALPHABET) for _ in range(options.word_length))] = None
     return [Task(id=f"sort-{word}", prompt=[{"role": "user", "content": f"sort: {word}"}],
                  data={"answer": "".join(sorted(word))}) for word in words]
 
@@ -32,13 +43,12 @@ class SortLetters(Rollout):
     """Single turn: the model sees ``sort: dbca`` and must answer ``abcd``."""
 
     name = "myenv"
+    Options = MyenvOptions
     default_rewards: ClassVar[dict[str, float]] = {"myenv-sorted": 1.0}
 
     def __init__(self, context: RolloutContext) -> None:
         super().__init__(context)
-        tasks = make_tasks(int(context.options.get("num_tasks", DEFAULT_NUM_TASKS)),
-                           int(context.options.get("word_length", DEFAULT_WORD_LENGTH)),
-                           seed=int(context.config.get("seed") or 0))
+        tasks = make_tasks(context.options, seed=context.config.seed)
         cut = max(1, int(len(tasks) * (1 - EVAL_SHARE)))
         self._splits = {"train": tasks[:cut], "eval": tasks[cut:]}
 

@@ -1,11 +1,13 @@
-"""rollyard-myenv's entry-point module: registers the environment, its reward and options.
+"""rollyard-myenv's entry-point module: registers the environment and its reward.
 
 rollyard imports this module to list plugins, so it stays light: anything heavy is imported
-inside the methods that use it."""
+inside the methods that use it. The options are declared on the rollout (``MyenvOptions`` in
+env.py): rollyard derives the ``--myenv-*`` flags and the ``[myenv]`` run.toml table from them.
+"""
 
 from rollyard import hookimpl
 
-from rollyard_myenv.env import DEFAULT_NUM_TASKS, DEFAULT_WORD_LENGTH, SortLetters
+from rollyard_myenv.env import SortLetters
 from rollyard_myenv.reward import SortedMatch
 
 
@@ -17,11 +19,3 @@ def register_rollouts(register):
 @hookimpl
 def register_rewards(register):
     register(SortedMatch)
-
-
-@hookimpl
-def add_options(group):
-    group.add_argument("--myenv-num-tasks", type=int, default=DEFAULT_NUM_TASKS,
-                       help="distinct words, split 80/20 into train and eval")
-    group.add_argument("--myenv-word-length", type=int, default=DEFAULT_WORD_LENGTH,
-                       help="letters per word")
