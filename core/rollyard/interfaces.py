@@ -102,14 +102,23 @@ class RolloutContext:
     Rewards are applied by the core after ``run_group`` returns.
     """
 
+    #: Read-only view of the run's configuration: every core option by name (``config.seed``,
+    #: ``config.max_new_tokens``; ``config["seed"]`` for plugins written before RunConfig).
     config: Mapping[str, Any]
+    #: The model's tokenizer: ``encode``, ``decode``, ``apply_chat_template``, ``eos_token_id``.
     tokenizer: Tokenizer
+    #: Sends token ids to the run's engines: ``await transport.generate(request)``.
     transport: Transport
     #: Unused, kept in its place so that contexts built positionally by plugins written
     #: before rewards moved out of the context still work; the core applies rewards.
     rewards: Any = field(default=None, repr=False)
+    #: The rollout's own options: an instance of its ``Options`` class (a dict of its
+    #: plugin's ``add_options`` values when it declares none).
     options: Any = None
+    #: Seeded from the run's seed and the rollout worker's index; for randomness in episodes.
     rng: random.Random = field(default_factory=lambda: random.Random(0))
+    #: The run's sampling (``--max-new-tokens``, ``--temperature``, ``--top-p``, ``--top-k``);
+    #: never None.
     sampling: SamplingParams = field(default_factory=SamplingParams)
 
     def __post_init__(self) -> None:
@@ -160,33 +169,45 @@ class Rollout(Configurable, ABC):
 class RewardContext:
     """What a reward class is built from: the run's tokenizer and its plugin's options."""
 
+    #: The model's tokenizer.
     tokenizer: Tokenizer
+    #: The reward's own options: an instance of its ``Options`` class (a dict of its plugin's
+    #: ``add_options`` values when it declares none).
     options: Any = None
 
     def __post_init__(self) -> None:
         self.options = _plain(self.options)
 
 
-class Reward(Configurable, ABC):
+class Reward(Configurable):
     """Scores a finished sample; may return one float or named components.
 
-    Constructed as ``Reward(context)``.
+    Constructed as ``Reward(context)``. Override :meth:`score`, or :meth:`score_group` for
+    group-relative rewards (at least one of them). Rewards that share costly work (running a
+    program, calling a judge) name an evaluator and subclass
+    :class:`rollyard.evaluation.EvaluatedReward`.
     """
 
     name: ClassVar[str] = ""
+    #: The :class:`rollyard.evaluation.Evaluator` class whose result this reward reads, run
+    #: once per group for every reward of a run that names it; None for plain rewards.
+    evaluator: ClassVar[type | None] = None
 
     def __init__(self, context: RewardContext | None = None) -> None:
+        cls = type(self)
+        if cls.score is Reward.score and cls.score_group is Reward.score_group:
+            raise TypeError(f"reward {cls.__qualname__} must override score or score_group")
         context = context if context is not None else RewardContext(tokenizer=None)
-        context.options = _typed(type(self), context.options)
+        context.options = _typed(cls, context.options)
         self.context = context
 
-    @abstractmethod
     async def score(self, sample: Sample, task: Task) -> float | dict[str, float]:
         """The sample's score: a finite float, or named finite components."""
+        return (await self.score_group([sample], task))[0]
 
     async def score_group(self, samples: list[Sample],
                           task: Task) -> list[float | dict[str, float]]:
-        """Score a whole group; override for group-relative rewards."""
+        """Score a whole group, one score per sample; override for group-relative rewards."""
         return [await self.score(s, task) for s in samples]
 
 

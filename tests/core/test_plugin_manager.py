@@ -5,10 +5,10 @@ or installed as throwaway distributions with entry points (``make_distribution``
 from __future__ import annotations
 
 import argparse
-from types import SimpleNamespace
 import random
 import re
 import sys
+from types import SimpleNamespace
 
 import pytest
 from rollyard import (

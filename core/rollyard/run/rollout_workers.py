@@ -78,9 +78,10 @@ class RolloutWorker:
     async def collect(self, indices: list[int]) -> tuple[list[Sample], dict[str, float]]:
         tasks = [self.tasks("train")[i] for i in indices]
         samples = await collect_step(self.rollout, self.rewards, tasks, self.settings)
-        return samples, self.rollout.metrics()
+        return samples, {**self.rollout.metrics(), **self.rewards.metrics()}
 
     async def close(self) -> None:
+        await self.rewards.close()
         await self.transport.close()
 
 

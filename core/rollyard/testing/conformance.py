@@ -227,7 +227,9 @@ class _RolloutChecker:
         self.deterministic(splits, again)
         self.disjoint(splits)
         asyncio.run(self.exercise(rollout, transport, rewards, splits))
-        self.metrics(rollout)
+        self.metrics(rollout, rewards)
+        if rewards is not None:
+            asyncio.run(rewards.close())
 
     def reward_set(self, manager: PluginManager | None) -> RewardSet | None:
         weights = getattr(self.cls, "default_rewards", {})
@@ -258,7 +260,12 @@ class _RolloutChecker:
             self.add(check, False, f"{self.where}: default reward(s) {missing} are not "
                      "registered by this plugin or any installed one")
             return None
-        return RewardSet(rewards, weights)
+        try:
+            return RewardSet(rewards, weights)
+        except Exception as exc:  # an evaluator that cannot start (no sandbox, no judge)
+            self.add(check, False, f"{self.where}: building the reward set {sorted(rewards)} "
+                     f"raised {type(exc).__name__}: {exc}")
+            return None
 
     def build(self) -> tuple[Rollout, ScriptedTransport] | None:
         transport = ScriptedTransport(self.replies, tokenizer=self.tokenizer)
@@ -410,9 +417,11 @@ class _RolloutChecker:
             self.add(check, True, f"{sorted(rewards.rewards)} scored task {task.id!r}: "
                      f"rewards {[round(s.reward, 4) for s in samples]}")
 
-    def metrics(self, rollout: Rollout) -> None:
+    def metrics(self, rollout: Rollout, rewards: RewardSet | None) -> None:
         try:
             values = rollout.metrics()
+            if isinstance(values, Mapping) and rewards is not None:
+                values = {**values, **rewards.metrics()}
         except Exception as exc:
             self.add("metrics", False, f"{self.where}: metrics() raised "
                      f"{type(exc).__name__}: {exc}")
