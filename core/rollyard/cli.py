@@ -83,7 +83,7 @@ def cmd_plugins(args: argparse.Namespace, manager: PluginManager) -> int:
 def cmd_train(flags: TrainFlags, args: argparse.Namespace, manager: PluginManager) -> int:
     from rollyard.run.driver import run_training
 
-    run_training(flags.config(vars(args), args.argv), manager)
+    run_training(flags.config(vars(args), args.argv), manager, flags.defaults())
     return 0
 
 

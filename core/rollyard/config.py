@@ -105,8 +105,18 @@ class RunConfig:
                                   help="CPUs for the local Ray cluster (default: all)")
     ray_address: str | None = option(None, group=TRAINING,
                                      help="join an existing Ray cluster")
+    algorithm: str = option("grpo", group=TRAINING, metavar="NAME",
+                            help="advantage estimate and policy loss (see `rollyard plugins "
+                                 "--hook register_algorithms`); its options are --NAME-*")
     lr: float = option(3e-3, group=TRAINING, check=positive, help="learning rate")
-    clip_eps: float = option(0.2, group=TRAINING, check=positive, help="PPO clip range")
+    tis_cap: float | None = option(None, group=TRAINING, check=positive, metavar="C",
+                                   help="truncated importance sampling against the engine's "
+                                        "logprobs, weights capped at C (default: off)")
+    max_resample_factor: float = option(
+        4.0, group=ROLLOUT, check=at_least(1.0),
+        help="when groups with equal rewards are filtered, draw more groups, up to this many "
+             "times --groups-per-step in all, until the step has --groups-per-step groups "
+             "with a learning signal")
     kl_coef: float = option(0.0, group=TRAINING, check=non_negative,
                             help="weight of the KL penalty to the initial policy")
     entropy_coef: float = option(0.0, group=TRAINING, help="weight of the entropy bonus")
@@ -132,7 +142,8 @@ class RunConfig:
 
     def wanted_plugins(self) -> list[tuple[str, str]]:
         """(kind, name) of every plugin this run selects."""
-        wanted = [("rollout", self.rollout_plugin), ("transport", self.transport)]
+        wanted = [("rollout", self.rollout_plugin), ("transport", self.transport),
+                  ("algorithm", self.algorithm)]
         if not self.engine_url:
             wanted.append(("engine", self.engine))
         return wanted + [("reward", name) for name in self.reward_weights or {}]

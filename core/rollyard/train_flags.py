@@ -40,6 +40,10 @@ class TrainFlags:
                   for flag in o.action.option_strings]
         return typed + legacy
 
+    def defaults(self) -> RunConfig:
+        """The RunConfig of no options at all."""
+        return build_run_config(self.tables, [])
+
     def parse(self, argv: Sequence[str]) -> RunConfig:
         """Parse ``argv`` (the ``train`` arguments) into a RunConfig; usage errors exit."""
         return self.config(vars(self.parser.parse_args(list(argv))), argv)

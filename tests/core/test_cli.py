@@ -242,3 +242,25 @@ def test_listing_and_help_import_no_heavy_modules(argv):
                              *argv], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout.splitlines()[-1]) == []
+
+
+# --------------------------------------------------------------------------- algorithms
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--algorithm", "dpo"], "no algorithm named 'dpo' is installed; available: dapo, dr-grpo, "
+                             "grpo, gspo, rloo. Did you mean 'dapo'?"),
+    (["--dapo-clip-high", "0.3"], "--dapo-clip-high set, but this run does not use 'dapo'"),
+    (["--algorithm", "dapo", "--dapo-clip-low", "-0.1"], "clip_low"),
+    (["--algorithm", "dapo", "--dapo-clip-low", "0.3", "--dapo-clip-high", "0.2"],
+     "clip_low=0.3 is greater than clip_high=0.2"),
+    (["--tis-cap", "0"], "argument --tis-cap: 0.0: must be greater than 0"),
+    (["--tis-cap", "-2"], "argument --tis-cap: -2.0: must be greater than 0"),
+], ids=["unknown", "option-without-plugin", "negative-clip", "low-above-high", "tis-zero",
+        "tis-negative"])
+def test_bad_algorithm_input_is_named_before_anything_starts(rollyard_cli, tmp_path, argv,
+                                                             message):
+    result = rollyard_cli("train", "--runs-dir", str(tmp_path / "runs"), *argv, cwd=tmp_path)
+    assert result.returncode in (1, 2)
+    assert message in " ".join(result.stderr.split())
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

@@ -7,18 +7,22 @@ import asyncio
 import random
 import shutil
 import time
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from rollyard.config import RunConfig
 from rollyard.errors import ConfigError, TooManyFailures, TransportError
+from rollyard.options import options_data
 from rollyard.plugin_options import table_of
 from rollyard.plugins import PluginManager
 from rollyard.run.engines import EngineFleet
+from rollyard.run.group_draw import GroupDraw, draw_groups, resample_budget
 from rollyard.run.metrics import failure_reasons, sample_metrics
 from rollyard.run.ray_cluster import start_ray
 from rollyard.run.rollout_workers import RolloutPool, RolloutSpec
+from rollyard.types import Sample
 
 
 def default_model_dir(runs_dir: Path, seed: int) -> Path:
@@ -64,6 +68,7 @@ class PluginSelection:
         self.rollout = manager.get("rollout", config.rollout_plugin)
         self.transport = manager.get("transport", config.transport)
         self.engine = None if config.engine_url else manager.get("engine", config.engine)
+        self.algorithm = manager.get("algorithm", config.algorithm)
         self.reward_weights = config.reward_weights or self.rollout.reward_weights(
             self.options("rollout", config.rollout_plugin))
         self.rewards = {name: manager.get("reward", name) for name in self.reward_weights}
@@ -77,13 +82,38 @@ class PluginSelection:
         selected = [("rollout", self.config.rollout_plugin), ("transport", self.config.transport)]
         selected += [("engine", self.config.engine)] if self.engine else []
         selected += [("reward", name) for name in self.rewards]
+        selected += [("algorithm", self.config.algorithm)]
         return {table_of(self.manager.get(kind, name), self.manager.owner(kind, name).name)
                 for kind, name in selected}
 
+    def check_unused_options(self, defaults: RunConfig) -> None:
+        """A ConfigError for options set for a plugin this run does not use (``--dapo-clip-high``
+        with ``--algorithm grpo``): they would be ignored silently."""
+        used = self.tables()
+        for table, values in self.config.plugin_options.items():
+            default = defaults.plugin_options.get(table)
+            if table in used or default is None or values == default:
+                continue
+            changed = sorted(k for k, v in _as_dict(values).items()
+                             if _as_dict(default).get(k) != v)
+            flags = ", ".join(f"--{table}-{name.replace('_', '-')}" for name in changed)
+            raise ConfigError(f"{flags} set, but this run does not use {table!r} (it uses "
+                              f"--algorithm {self.config.algorithm}, --rollout-plugin "
+                              f"{self.config.rollout_plugin}, --engine {self.config.engine}, "
+                              f"--transport {self.config.transport})")
 
-def run_training(config: RunConfig, manager: PluginManager) -> Path:
-    """Run ``config.steps`` RL steps; returns the run folder."""
+
+def _as_dict(values: Any) -> dict[str, Any]:
+    return dict(values) if isinstance(values, Mapping) else options_data(values)
+
+
+def run_training(config: RunConfig, manager: PluginManager,
+                 defaults: RunConfig | None = None) -> Path:
+    """Run ``config.steps`` RL steps; returns the run folder. ``defaults`` (the config of no
+    options) lets options set for unselected plugins be refused."""
     selection = PluginSelection(config, manager)
+    if defaults is not None:
+        selection.check_unused_options(defaults)
     config = config.replace(plugin_options={
         table: values for table, values in config.plugin_options.items()
         if table in selection.tables()})
@@ -98,9 +128,11 @@ def run_training(config: RunConfig, manager: PluginManager) -> Path:
     from rollyard.training import TrainConfig, TrainGroup
 
     train_config = TrainConfig(
-        lr=config.lr, clip_eps=config.clip_eps, kl_coef=config.kl_coef,
-        entropy_coef=config.entropy_coef, micro_batch_size=config.micro_batch_size,
-        temperature=config.temperature,
+        algorithm=config.algorithm,
+        algorithm_options=_as_dict(selection.options("algorithm", config.algorithm)),
+        tis_cap=config.tis_cap, max_new_tokens=config.max_new_tokens, lr=config.lr,
+        kl_coef=config.kl_coef, entropy_coef=config.entropy_coef,
+        micro_batch_size=config.micro_batch_size, temperature=config.temperature,
         filter_zero_variance=not config.keep_zero_variance_groups, seed=config.seed,
         global_batch_size=config.groups_per_step * config.group_size)
     started_ray = start_ray(config.ray_address, config.num_cpus)
@@ -182,11 +214,12 @@ class RunSession:
         started = time.perf_counter()
         restarted = await self.fleet.restart_dead(transport, self.weights_dir,
                                                   self.weight_version)
-        samples, env_metrics = await asyncio.to_thread(pool.collect,
-                                                       tasks.take(config.groups_per_step))
+        draw = await self.collect(pool, tasks)
         rollout_s = time.perf_counter() - started
+        samples = draw.samples
         metrics = sample_metrics(samples)
-        metrics.update({f"env/{k}": v for k, v in env_metrics.items()})
+        metrics.update({f"env/{k}": v for k, v in draw.env_metrics.items()})
+        metrics.update(draw.metrics())
         metrics["engines/restarted"] = float(len(restarted))
         self.hooks.on_samples(step, samples)
         bad = metrics["samples/failed_rate"] + metrics["samples/aborted_rate"]
@@ -195,8 +228,8 @@ class RunSession:
                 f"step {step}: {bad:.0%} of samples failed or aborted (threshold "
                 f"{config.failure_threshold:.0%}); most common: "
                 + "; ".join(failure_reasons(samples)))
-        usable = [s for s in samples if s.usable]
-        train_metrics = await asyncio.to_thread(self.group.train, usable)
+        trained = [s for s in draw.training_samples(config.groups_per_step) if s.usable]
+        train_metrics = await asyncio.to_thread(self.group.train, trained)
         metrics.update({f"train/{k}": v for k, v in train_metrics.items()})
         if train_metrics.get("num_samples_trained", 0) > 0:
             self.weights_dir, restarted_now = await self.push_weights(transport, step)
@@ -206,6 +239,18 @@ class RunSession:
                         "weight_version": float(self.weight_version),
                         "perf/tokens_per_s": metrics["response/tokens"] / rollout_s})
         return metrics
+
+    async def collect(self, pool: RolloutPool, tasks: TaskCycle) -> GroupDraw:
+        """One step's groups, drawn again while too few carry a learning signal."""
+        config = self.config
+
+        async def draw(count: int) -> tuple[list[Sample], dict[str, float]]:
+            return await asyncio.to_thread(pool.collect, tasks.take(count))
+
+        return await draw_groups(draw, config.groups_per_step,
+                                 resample_budget(config.groups_per_step,
+                                                 config.max_resample_factor),
+                                 refill=self.group.filters_zero_variance)
 
     async def push_weights(self, transport: Any, step: int) -> tuple[str, int]:
         """Export the policy and make every engine serve it as weight version ``step``.

@@ -16,12 +16,14 @@ def on_run_start(config, run_dir):
 
 @hookimpl
 def on_step_end(step, metrics):
+    trained = metrics.get("train/num_samples_trained", 0) > 0
+    outcome = (f"loss {metrics.get('train/loss', float('nan')):+.4f}" if trained
+               else "skipped: all groups had equal rewards")
     console.print(
         f"step {step:>3}  reward {metrics.get('reward/mean', float('nan')):.3f}  "
         f"tokens/s {metrics.get('perf/tokens_per_s', 0.0):7.1f}  "
         f"step {metrics.get('time/step_s', 0.0):5.1f}s  "
-        f"failed {metrics.get('samples/failed_rate', 0.0):.2f}  "
-        f"loss {metrics.get('train/loss', float('nan')):+.4f}")
+        f"failed {metrics.get('samples/failed_rate', 0.0):.2f}  {outcome}")
 
 
 @hookimpl

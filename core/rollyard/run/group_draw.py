@@ -1,0 +1,82 @@
+"""The groups one step drew, and which of them carry a learning signal."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+
+from rollyard.algorithms import ZERO_VARIANCE_STD, population_std
+from rollyard.types import Sample
+
+
+def has_signal(group: list[Sample]) -> bool:
+    """Whether the usable samples of a group have different rewards."""
+    rewards = [s.reward for s in group if s.usable]
+    return len(rewards) >= 2 and population_std(rewards) >= ZERO_VARIANCE_STD
+
+
+class GroupDraw:
+    """Samples of every group drawn for a step, in the order they were drawn."""
+
+    def __init__(self, samples: list[Sample], env_metrics: dict[str, float]) -> None:
+        self.samples: list[Sample] = []
+        self.env_metrics: dict[str, float] = {}
+        self.groups_drawn = 0
+        self.resamples = 0
+        self.first_zero_variance_share = 0.0
+        self._env: dict[str, list[float]] = defaultdict(list)
+        self.add(samples, env_metrics)
+        self.resamples = 0
+
+    def add(self, samples: list[Sample], env_metrics: dict[str, float]) -> None:
+        self.samples += samples
+        self.groups_drawn = len(self.groups())
+        self.resamples += 1
+        for key, value in env_metrics.items():
+            self._env[key].append(value)
+        self.env_metrics = {k: sum(v) / len(v) for k, v in self._env.items()}
+
+    def groups(self) -> list[list[Sample]]:
+        by_id: dict[str, list[Sample]] = defaultdict(list)
+        for sample in self.samples:
+            by_id[sample.group_id].append(sample)
+        return list(by_id.values())
+
+    def signal_groups(self) -> int:
+        return sum(has_signal(group) for group in self.groups())
+
+    def zero_variance_share(self) -> float:
+        groups = self.groups()
+        return sum(not has_signal(g) for g in groups) / len(groups) if groups else 0.0
+
+    def training_samples(self, wanted: int) -> list[Sample]:
+        """The first ``wanted`` groups with a signal, or, when there are none, every group
+        (the trainer then decides: it skips them when filtering, trains when not)."""
+        signal = [g for g in self.groups() if has_signal(g)]
+        chosen = signal[:wanted] if signal else self.groups()[:wanted]
+        return [s for group in chosen for s in group]
+
+    def metrics(self) -> dict[str, float]:
+        return {"rollout/zero_variance_share": self.first_zero_variance_share,
+                "rollout/resamples": float(self.resamples),
+                "rollout/groups_drawn": float(self.groups_drawn),
+                "rollout/signal_groups": float(self.signal_groups())}
+
+
+Draw = Callable[[int], Awaitable[tuple[list[Sample], dict[str, float]]]]
+
+
+def resample_budget(wanted: int, factor: float) -> int:
+    """Most groups one step may draw: ``factor`` × ``wanted``, never fewer than ``wanted``."""
+    return max(wanted, int(factor * wanted))
+
+
+async def draw_groups(draw: Draw, wanted: int, budget: int, refill: bool) -> GroupDraw:
+    """Draw ``wanted`` groups; with ``refill`` (groups with equal rewards are filtered), draw
+    the shortfall again, within ``budget`` groups in all, until ``wanted`` carry a signal."""
+    groups = GroupDraw(*await draw(wanted))
+    groups.first_zero_variance_share = groups.zero_variance_share()
+    while refill and groups.signal_groups() < wanted and groups.groups_drawn < budget:
+        groups.add(*await draw(min(wanted - groups.signal_groups(),
+                                   budget - groups.groups_drawn)))
+    return groups

@@ -1,0 +1,65 @@
+"""Dynamic sampling: a step draws more groups while too few carry a learning signal."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+from rollyard.run.group_draw import GroupDraw, draw_groups, has_signal, resample_budget
+from rollyard.types import Sample, SampleStatus
+
+
+def group(group_id: str, rewards: list[float], status=SampleStatus.COMPLETED) -> list[Sample]:
+    return [Sample(tokens=[1, 2], prompt_len=1, loss_mask=[1], logprobs=[-0.1], reward=r,
+                   status=status, group_id=group_id) for r in rewards]
+
+
+class Engine:
+    """Hands out groups from a script: True = rewards differ, False = all equal."""
+
+    def __init__(self, script: list[bool]) -> None:
+        self.script = iter(script)
+        self.ids = itertools.count()
+        self.calls: list[int] = []
+
+    async def __call__(self, count: int) -> tuple[list[Sample], dict[str, float]]:
+        self.calls.append(count)
+        samples = []
+        for _ in range(count):
+            rewards = [0.0, 1.0] if next(self.script) else [0.5, 0.5]
+            samples += group(f"g{next(self.ids)}", rewards)
+        return samples, {"env/x": float(len(self.calls))}
+
+
+def test_signal_needs_two_usable_samples_with_different_rewards():
+    assert has_signal(group("a", [0.0, 1.0]))
+    assert not has_signal(group("a", [1.0, 1.0]))
+    assert not has_signal(group("a", [0.0]) + group("a", [1.0], SampleStatus.FAILED))
+
+
+def test_groups_without_signal_are_replaced_until_the_step_is_full():
+    engine = Engine([True, False, False, True, False, True, True, True])
+    drawn = asyncio.run(draw_groups(engine, wanted=4, budget=16, refill=True))
+    assert engine.calls == [4, 2, 1]  # the shortfall each time
+    assert drawn.signal_groups() == 4 and drawn.groups_drawn == 7
+    assert drawn.metrics() == {"rollout/zero_variance_share": 0.5, "rollout/resamples": 2.0,
+                               "rollout/groups_drawn": 7.0, "rollout/signal_groups": 4.0}
+    trained = drawn.training_samples(4)
+    assert len({s.group_id for s in trained}) == 4 and all(
+        has_signal([s for s in trained if s.group_id == g]) for g in {"g0", "g3", "g5", "g6"})
+    assert drawn.env_metrics == {"env/x": 2.0}  # mean over the three draws
+
+
+def test_the_resample_budget_bounds_the_draws():
+    engine = Engine([False] * 100)
+    drawn = asyncio.run(draw_groups(engine, wanted=4, budget=resample_budget(4, 2.5), refill=True))
+    assert drawn.groups_drawn == 10 and sum(engine.calls) == 10
+    assert drawn.signal_groups() == 0
+    assert len(drawn.training_samples(4)) == 8  # the first four groups, for the trainer to skip
+
+
+def test_nothing_is_redrawn_when_equal_groups_are_kept():
+    engine = Engine([False, False, True])
+    drawn = asyncio.run(draw_groups(engine, wanted=3, budget=12, refill=False))
+    assert engine.calls == [3] and drawn.metrics()["rollout/resamples"] == 0.0
+    assert isinstance(drawn, GroupDraw)
