@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 from rollyard import Command, ConfigError
 
@@ -20,7 +21,7 @@ def _read(path: str, what: str) -> str:
         raise ConfigError(f"cannot read {what} {path!r}: {exc}") from exc
 
 
-def _sandbox(args: argparse.Namespace):
+def _sandbox(args: SimpleNamespace):
     from rollyard_codegolf.sandbox import Sandbox, SandboxLimits, SandboxUnavailable
 
     try:
@@ -54,12 +55,12 @@ class CodegolfCommand(Command):
                                 dest="unsafe_no_sandbox", action="store_true",
                                 help="run without bubblewrap isolation where it cannot run")
 
-    def run(self, args: argparse.Namespace) -> int:
+    def run(self, args: SimpleNamespace) -> int:
         if args.codegolf_command == "exec":
             return self._exec(args)
         return self._score(args)
 
-    def _exec(self, args: argparse.Namespace) -> int:
+    def _exec(self, args: SimpleNamespace) -> int:
         code = _read(args.file, "program")
         stdin = _read(args.stdin, "stdin file") if args.stdin else ""
         result = _sandbox(args).run(code, stdin).as_dict()
@@ -71,7 +72,7 @@ class CodegolfCommand(Command):
         print()
         return 0
 
-    def _score(self, args: argparse.Namespace) -> int:
+    def _score(self, args: SimpleNamespace) -> int:
         from rollyard_codegolf.scoring import score_program
         from rollyard_codegolf.tasks import load_tasks
 
