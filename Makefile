@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.rollyard-installed
 PACKAGE_FILES := pyproject.toml plugins-codegolf/pyproject.toml plugins-verifiers/pyproject.toml
 
-.PHONY: install demo test test-fast test-sglang bench lint docs clean
+.PHONY: install demo test test-fast test-sglang bench bench-trl lint docs clean
 
 install: $(STAMP)
 
@@ -29,6 +29,11 @@ test-sglang: install
 
 bench: install
 	for b in benchmarks/*.py; do $(PY) $$b || exit 1; done
+
+# rollyard vs TRL GRPOTrainer on the toy tasks (builds benchmarks/.trl-venv on first use; about
+# 20 minutes at the default 240 s per run); options: make bench-trl ARGS="--budget 60"
+bench-trl: install
+	$(PY) benchmarks/vs_trl.py $(ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check core plugins plugins-codegolf plugins-verifiers tests benchmarks

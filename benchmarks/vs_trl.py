@@ -1,0 +1,579 @@
+"""rollyard versus Hugging Face TRL's GRPOTrainer: same model, task, batch and training time.
+
+For each toy operation (copy, reverse) the benchmark runs ``rollyard train`` and then TRL's
+``GRPOTrainer``, one after the other in this one command (wall time on shared machines varies
+several-fold between hours, so never compare with a figure from another run), each for the same
+training-time budget, and prints one table: steps, steps/s, best 3-step mean reward, reward at
+the end, seconds to reach 0.3 and 0.5. It writes an overlay plot of both reward curves against
+training wall time and every raw log into a results folder.
+
+Usage::
+
+    python benchmarks/vs_trl.py [--budget 240] [--ops copy,reverse] [--trl-lr 1e-3]
+                                [--trl-lr-sweep 3e-4,1e-3,3e-3 [--sweep-budget S]]
+                                [--rollyard-arg=--lr=1e-3 ...] [--frameworks rollyard,trl]
+    make bench-trl ARGS="--budget 60"
+
+Set-up. TRL lives in its own virtual environment, built on first use from pinned versions
+(``torch==2.13.0`` CPU as in rollyard's, ``trl==1.16.0``, ``transformers==5.24.0``) under
+``benchmarks/.trl-venv`` (``--venv``; rebuilt when the pins change), never in rollyard's. One tiny
+model is written with ``rollyard init-model`` and both frameworks start from it. Nothing of
+rollyard is imported: it runs as ``rollyard train`` in a subprocess and is read back from what
+that writes (``metrics.jsonl``, ``samples.jsonl``).
+
+The task. rollyard: ``--rollout-plugin toy --toy-operation OP --groups-per-step 16 --group-size
+8 --max-new-tokens 6 --model DIR --seed 0`` and otherwise its defaults (``--rollyard-arg``
+appends flags). TRL gets the same task restated in ``trl_side/toy_task.py``: the same words, the
+same prompt stream (rollyard's seeded task sequence, fed with ``shuffle_dataset=False`` so TRL
+step k sees rollyard step k's 16 prompts; groups rollyard draws on top by dynamic sampling come
+from the same sequence, so from then on its prompts run ahead of TRL's), the same chat messages
+``"<op>: <word>"`` rendered by TRL itself through the same tokenizer's chat template, and the
+same reward: the sum of char-f1 and exact-match (rollyard's default weights 1 + 1, so 0..2; the
+table also gives the best as a share of that maximum). The driver checks this against the
+rollyard run (task ids of each step, every sample's reward recomputed from its completion, the
+prompt token ids TRL tokenized against rollyard's) and prints the result under the table.
+
+TRL settings: ``GRPOConfig(use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False,
+use_vllm=False, per_device_train_batch_size=128, gradient_accumulation_steps=1,
+num_generations=8, steps_per_generation=1, num_iterations=1, max_completion_length=6,
+temperature=1.0, top_p=1.0, top_k=0, shuffle_dataset=False, learning_rate=LR,
+lr_scheduler_type="constant", seed=0)`` and ``torch.set_num_threads(1)`` (``--trl-threads``):
+one optimizer step per batch of 16 prompts × 8 completions, fp32, sampling as rollyard's
+defaults. One thread because it is TRL's fastest setting here: with torch's default of one
+thread per core, any other process on the machine stalls every op of this tiny model (1.1-3.2 s
+per step against 0.17-0.26 s with one thread while another process used one core); on a quiet
+machine two threads took 0.15-0.25 s, no faster. TRL turns bf16 and gradient checkpointing on
+by default; both only slow a tiny fp32 model on CPU. Everything else is TRL's default GRPO
+(``loss_type="dapo"``, ``scale_rewards="group"``, ``beta=0`` so no reference model,
+``epsilon=0.2``, AdamW, ``max_grad_norm=1.0``). The learning rate defaults to 1e-3, the best of
+a sweep over 3e-4, 1e-3, 3e-3 and 1e-2 on both ops (docs/training.md, "Benchmark against TRL");
+``--trl-lr-sweep`` reruns such a sweep (each rate on every op for ``--sweep-budget`` seconds) and
+gives TRL the rate with the highest mean best-3-step reward.
+
+Time budget. Training time is wall time from the start of the first training step: TRL's is
+measured by a callback from ``on_train_begin``, which stops training once the budget is spent;
+rollyard's from the first ``metrics.jsonl`` line (its arrival time minus that step's
+``time/step_s``), each later step at the moment its line appears. rollyard is stopped by
+``--max-seconds`` when ``rollyard train`` has that flag, else by SIGINT once the budget is spent
+(the table's notes say which). Start-up (Ray, engines, model loading) is excluded for both;
+steps that end after the budget are dropped for both. Both share the machine's cores with
+anything else running: before each run the driver waits (``--quiet-wait``, default at most
+300 s) until other processes use under half a core, and the table's ``others`` column gives the
+cores they kept busy during each run (measured from /proc: all CPU time minus the run's own
+process tree); figures from runs with ``others`` above ~0.5 are not comparable.
+
+Metrics. ``reward``: mean summed reward of a step's samples. ``best3``: the best mean of 3
+consecutive steps. ``end``: mean of the last 3 steps. ``t>=X``: training seconds until the
+3-step mean first reaches X (``-`` if never). Results go to ``benchmarks/results/vs-trl-<time>``
+(``--out``): ``results.json``, ``table.md``, ``reward_vs_time.png``, the runs and their logs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE / "trl_side"))
+
+import toy_task  # noqa: E402
+
+TRL_PINS = ["trl==1.16.0", "transformers==5.24.0", "tokenizers", "datasets", "accelerate",
+            "matplotlib", "torch==2.13.0"]
+TORCH_PIN = "torch==2.13.0"
+GROUPS, GROUP_SIZE, MAX_NEW_TOKENS = 16, 8, 6
+THRESHOLDS = (0.3, 0.5)
+CHECK_STEPS = 30          # steps of the rollyard run whose tasks and rewards are re-checked
+POLL_S = 0.05
+START_TIMEOUT_S = 900.0   # rollyard: longest wait for its first step
+STOP_GRACE_S = 60.0       # after SIGINT: wait this long before SIGTERM to its process group
+
+
+def log(message: str) -> None:
+    print(f"[vs_trl {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+# --------------------------------------------------------------------------- set-up
+
+
+def ensure_venv(venv: Path, python: str) -> Path:
+    """The TRL virtual environment, built (about 2 minutes) when missing or stale."""
+    stamp = venv / ".vs-trl-pins"
+    wanted = " ".join([TORCH_PIN, *TRL_PINS])
+    vpy = venv / "bin" / "python"
+    if vpy.exists() and stamp.exists() and stamp.read_text().strip() == wanted:
+        return vpy
+    log(f"building the TRL venv in {venv} ({wanted})")
+    if venv.exists():
+        shutil.rmtree(venv)
+    subprocess.run([python, "-m", "venv", str(venv)], check=True)
+    pip = [str(vpy), "-m", "pip", "install", "-q"]
+    # torch first, and named again with trl, so pip keeps the CPU build (no CUDA download)
+    subprocess.run([*pip, TORCH_PIN], check=True)
+    subprocess.run([*pip, *TRL_PINS], check=True)
+    stamp.write_text(wanted + "\n")
+    return vpy
+
+
+def rollyard_has_max_seconds(rollyard: str) -> bool:
+    help_text = subprocess.run([rollyard, "train", "--help"], capture_output=True, text=True,
+                               check=True).stdout
+    return re.search(r"--max-seconds\b", help_text) is not None
+
+
+# --------------------------------------------------------------------------- runs
+
+
+def run_rollyard(args, op: str, model: Path, out: Path, max_seconds_flag: bool) -> dict:
+    runs_dir, name = out / "rollyard-runs", f"rollyard-{op}"
+    run_dir = runs_dir / name
+    cmd = [args.rollyard, "train", "--rollout-plugin", "toy", "--toy-operation", op,
+           "--groups-per-step", str(GROUPS), "--group-size", str(GROUP_SIZE),
+           "--max-new-tokens", str(MAX_NEW_TOKENS), "--model", str(model), "--no-progress",
+           "--seed", str(args.seed), "--runs-dir", str(runs_dir), "--name", name,
+           "--steps", "1000000"]
+    if max_seconds_flag:
+        cmd += ["--max-seconds", f"{args.budget:g}"]
+    cmd += args.rollyard_arg
+    wait_until_quiet(args.quiet_wait)
+    log(f"rollyard {op}: {shlex.join(cmd)}")
+    metrics_file = run_dir / "metrics.jsonl"
+    log_file = out / f"rollyard-{op}.log"
+    rows: list[dict] = []
+    start = stopped_at = None
+    stop = "--max-seconds" if max_seconds_flag else "SIGINT"
+    launched = time.monotonic()
+    with log_file.open("w") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=REPO,
+                                start_new_session=True)
+        monitor, sampled = LoadMonitor(proc.pid), 0.0
+        offset, pending = 0, ""
+        try:
+            while True:
+                done = proc.poll() is not None
+                now = time.monotonic()
+                if now - sampled >= 1.0 and not done:
+                    monitor.sample()
+                    sampled = now
+                if metrics_file.exists() and metrics_file.stat().st_size > offset:
+                    with metrics_file.open() as mf:
+                        mf.seek(offset)
+                        chunk = mf.read()
+                        offset = mf.tell()
+                    pending += chunk
+                    *lines, pending = pending.split("\n")
+                    new = [json.loads(line) for line in lines if line.strip()]
+                    # the last new line appeared now; earlier ones by their step times
+                    for k, row in enumerate(new):
+                        later = sum(r.get("time/step_s", 0.0) for r in new[k + 1:])
+                        if start is None:
+                            start = now - later - row.get("time/step_s", 0.0)
+                        row["t"] = now - later - start
+                        rows.append(row)
+                if done:
+                    break
+                if start is None and now - launched > START_TIMEOUT_S:
+                    raise RuntimeError(f"rollyard {op}: no training step after "
+                                       f"{START_TIMEOUT_S:.0f} s; see {log_file}")
+                over = 0.0 if not max_seconds_flag else 30.0  # --max-seconds: a fallback only
+                if start is not None and stopped_at is None \
+                        and now - start >= args.budget + over:
+                    if max_seconds_flag:
+                        stop = "SIGINT (--max-seconds did not stop it)"
+                    proc.send_signal(signal.SIGINT)
+                    stopped_at = now
+                if stopped_at is not None and now - stopped_at > STOP_GRACE_S:
+                    log(f"rollyard {op}: still running {STOP_GRACE_S:.0f} s after SIGINT; "
+                        "SIGTERM to its process group")
+                    os.killpg(proc.pid, signal.SIGTERM)
+                    stopped_at = float("inf")
+                time.sleep(POLL_S)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    if not rows:
+        raise RuntimeError(f"rollyard {op}: exited {proc.returncode} without a training step; "
+                           f"see {log_file}:\n{tail(log_file)}")
+    curve = [(r["t"], r["reward/mean"], r.get("reward/exact-match", 0.0)) for r in rows]
+    lr = None
+    for i, flag in enumerate(args.rollyard_arg):
+        if flag.startswith("--lr="):
+            lr = float(flag.split("=", 1)[1])
+        elif flag == "--lr" and i + 1 < len(args.rollyard_arg):
+            lr = float(args.rollyard_arg[i + 1])
+    return {"framework": "rollyard", "op": op, "lr": lr, "stop": stop,
+            "returncode": proc.returncode, "run_dir": str(run_dir), "log": str(log_file),
+            "others_cores": monitor.others_cores(),
+            "all_steps": len(rows), "curve": curve,
+            "last_entropy": rows[-1].get("train/entropy")}
+
+
+def run_trl(args, vpy: Path, op: str, model: Path, out: Path, lr: float, budget: float,
+            tag: str) -> dict:
+    jsonl = out / f"trl-{op}-{tag}.jsonl"
+    log_file = out / f"trl-{op}-{tag}.log"
+    cmd = [str(vpy), str(HERE / "trl_side" / "run_trl.py"), "--model", str(model),
+           "--operation", op, "--budget", f"{budget:g}", "--lr", f"{lr:g}",
+           "--groups", str(GROUPS), "--group-size", str(GROUP_SIZE),
+           "--max-new-tokens", str(MAX_NEW_TOKENS), "--seed", str(args.seed),
+           "--threads", str(args.trl_threads), "--out", str(jsonl)]
+    wait_until_quiet(args.quiet_wait)
+    log(f"TRL {op} lr={lr:g} budget={budget:g}s")
+    with log_file.open("w") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=REPO,
+                                start_new_session=True)
+        monitor, deadline = LoadMonitor(proc.pid), time.monotonic() + budget + START_TIMEOUT_S
+        try:
+            while proc.poll() is None:
+                monitor.sample()
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"TRL {op}: still running {START_TIMEOUT_S:.0f} s after "
+                                       f"its budget; see {log_file}")
+                time.sleep(1.0)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    if proc.returncode != 0:
+        raise RuntimeError(f"TRL {op}: exited {proc.returncode}; see {log_file}:\n"
+                           f"{tail(log_file)}")
+    rows = [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
+    curve = [(r["t"], r["reward"], r.get("reward/exact-match") or 0.0) for r in rows]
+    return {"framework": "trl", "op": op, "lr": lr, "stop": "callback",
+            "returncode": 0, "run_dir": str(jsonl), "log": str(log_file),
+            "others_cores": monitor.others_cores(),
+            "all_steps": len(rows), "curve": curve,
+            "prompts_file": f"{jsonl}.prompts.json",
+            "last_entropy": rows[-1].get("entropy") if rows else None}
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+# --------------------------------------------------------------------------- machine load
+
+TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def busy_ticks() -> int:
+    """CPU ticks spent busy, all cores together, since boot (/proc/stat)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[:8])
+    return user + nice + system + irq + softirq + steal
+
+
+def process_table() -> dict[int, tuple[int, int]]:
+    """pid -> (parent pid, CPU ticks of the process and its reaped children)."""
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            rest = (entry / "stat").read_text().rsplit(") ", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        table[int(entry.name)] = (int(rest[1]), sum(map(int, rest[11:15])))
+    return table
+
+
+class LoadMonitor:
+    """How many cores processes other than a run's own process tree kept busy during it."""
+
+    def __init__(self, root: int) -> None:
+        self.root, self.own = root, {}
+        self.busy0, self.t0 = busy_ticks(), time.monotonic()
+
+    def sample(self) -> None:
+        table = process_table()
+        family, frontier = {self.root}, [self.root]
+        children: dict[int, list[int]] = {}
+        for pid, (ppid, _) in table.items():
+            children.setdefault(ppid, []).append(pid)
+        while frontier:
+            for child in children.get(frontier.pop(), []):
+                if child not in family:
+                    family.add(child)
+                    frontier.append(child)
+        for pid in family & table.keys():
+            self.own[pid] = max(self.own.get(pid, 0), table[pid][1])
+
+    def others_cores(self) -> float:
+        elapsed = time.monotonic() - self.t0
+        others = busy_ticks() - self.busy0 - sum(self.own.values())
+        return max(0.0, others / TICKS / elapsed) if elapsed > 0 else 0.0
+
+
+def wait_until_quiet(max_wait: float, threshold: float = 0.5, window: float = 3.0) -> float:
+    """Wait (at most ``max_wait`` s) until other processes use under ``threshold`` cores over
+    ``window`` s; returns the cores they used in the last window."""
+    if max_wait <= 0:
+        return 0.0
+    deadline = time.monotonic() + max_wait
+    said = False
+    while True:
+        before = busy_ticks()
+        time.sleep(window)
+        cores = (busy_ticks() - before) / TICKS / window
+        if cores < threshold or time.monotonic() >= deadline:
+            return cores
+        if not said:
+            log(f"other processes keep {cores:.1f} cores busy; waiting up to {max_wait:.0f} s "
+                "for a quieter machine (--quiet-wait)")
+            said = True
+
+
+# --------------------------------------------------------------------------- analysis
+
+
+def summarize(run: dict, budget: float) -> dict:
+    curve = [p for p in run["curve"] if p[0] <= budget]
+    run["curve"] = curve
+    rewards = [p[1] for p in curve]
+    means3 = [sum(rewards[i - 2:i + 1]) / 3 for i in range(2, len(rewards))]
+    reach = {}
+    for level in THRESHOLDS:
+        hit = next((curve[i + 2][0] for i, m in enumerate(means3) if m >= level), None)
+        reach[f"{level:g}"] = hit
+    last_t = curve[-1][0] if curve else 0.0
+    run.update({
+        "steps": len(curve),
+        "steps_per_s": len(curve) / last_t if last_t else 0.0,
+        "best3": max(means3) if means3 else None,
+        "end3": sum(rewards[-3:]) / len(rewards[-3:]) if rewards else None,
+        "end3_exact": (sum(p[2] for p in curve[-3:]) / len(curve[-3:])) if curve else None,
+        "reach": reach,
+    })
+    return run
+
+
+def check_against_rollyard(rollyard_run: dict, trl_run: dict | None, op: str,
+                           seed: int) -> list[str]:
+    """Compare trl_side/toy_task.py and TRL's prompt ids with what rollyard actually did.
+
+    rollyard draws its groups from one seeded task sequence, 16 per step plus any it resamples
+    (dynamic sampling); TRL is fed the same sequence 16 per step. So the tasks of rollyard's
+    steps 1..k must be the first n_k of the sequence, n_k being the groups it drew so far."""
+    notes = []
+    samples_file = Path(rollyard_run["run_dir"]) / "samples.jsonl"
+    if not samples_file.exists():
+        return [f"{op}: no samples.jsonl in the rollyard run; task and reward not checked"]
+    groups: dict[int, dict[str, str]] = {}
+    prompt_ids: dict[str, list[int]] = {}
+    checked_samples: list[tuple[str, str, float]] = []
+    with samples_file.open() as fh:
+        for line in fh:
+            sample = json.loads(line)
+            if sample["step"] > CHECK_STEPS:
+                break
+            groups.setdefault(sample["step"], {})[sample["group_id"]] = sample["task_id"]
+            prompt_ids[sample["task_id"]] = sample["tokens"][:sample["prompt_len"]]
+            if sample["status"] in ("completed", "truncated"):
+                checked_samples.append((str(sample["metadata"].get("completion", "")),
+                                        sample["task_id"], sample["reward"]))
+    steps = sorted(groups)
+    drawn = sum(len(groups[s]) for s in steps)
+    cycle = toy_task.TaskCycle(toy_task.train_tasks(op, seed), seed)
+    sequence = cycle.take(max(drawn, GROUPS * CHECK_STEPS))
+    answers = {t["id"]: t["answer"] for t in sequence}
+    seen: Counter = Counter()
+    same_tasks = True
+    for s in steps:
+        seen.update(groups[s].values())
+        same_tasks &= seen == Counter(t["id"] for t in sequence[:sum(seen.values())])
+    extra = drawn - GROUPS * len(steps)
+    notes.append(f"{op}: the tasks of rollyard's steps 1-{len(steps)} "
+                 f"{'are' if same_tasks else 'are NOT'} the task sequence TRL was fed"
+                 + (f" (rollyard drew {extra} extra groups by resampling, so its prompts run "
+                    "ahead of TRL's)" if extra else " (step for step)"))
+    bad = sum(abs(toy_task.total_reward(c, answers.get(t, "\0")) - r) > 1e-9
+              for c, t, r in checked_samples)
+    notes.append(f"{op}: rewards of {len(checked_samples)} rollyard samples recomputed with "
+                 f"TRL's reward functions: {'all equal' if not bad else f'{bad} DIFFER'}")
+    if trl_run and Path(trl_run["prompts_file"]).exists():
+        trl_prompts = json.loads(Path(trl_run["prompts_file"]).read_text())
+        stream = toy_task.task_stream(op, seed, GROUPS, len(trl_prompts))
+        compared = differ = 0
+        for ids, tasks in zip(trl_prompts, stream):
+            for got, task in zip(ids, tasks):
+                if task["id"] in prompt_ids:
+                    compared += 1
+                    differ += got != prompt_ids[task["id"]]
+        notes.append(f"{op}: prompt token ids TRL built for {compared} prompts of its first "
+                     f"{len(trl_prompts)} steps: "
+                     + (f"{differ} DIFFER from" if differ else "equal to") + " rollyard's")
+    return notes
+
+
+def fmt(value, spec: str = ".3f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def table(runs: list[dict]) -> str:
+    head = ["framework", "op", "lr", "steps", "steps/s", "best3", "best3/max", "end",
+            "exact@end", *(f"t>={level:g} (s)" for level in THRESHOLDS), "others"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in runs:
+        cells = [r["framework"], r["op"], "default" if r["lr"] is None else f"{r['lr']:g}",
+                 str(r["steps"]), fmt(r["steps_per_s"], ".2f"), fmt(r["best3"]),
+                 fmt(None if r["best3"] is None else r["best3"] / toy_task.REWARD_MAX),
+                 fmt(r["end3"]), fmt(r["end3_exact"]),
+                 *(fmt(r["reach"][f"{level:g}"], ".0f") for level in THRESHOLDS),
+                 fmt(r.get("others_cores"), ".2f")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="rollyard vs TRL GRPOTrainer on the toy tasks, same training-time budget",
+        epilog="TRL settings and the time-budget rules: see this file's docstring.")
+    parser.add_argument("--budget", type=float, default=240.0,
+                        help="training seconds per framework and op (default 240)")
+    parser.add_argument("--ops", default="copy,reverse", help="toy operations (default both)")
+    parser.add_argument("--frameworks", default="rollyard,trl",
+                        help="which to run (default both)")
+    parser.add_argument("--trl-lr", type=float, default=1e-3,
+                        help="TRL learning rate when there is no sweep (default 1e-3)")
+    parser.add_argument("--trl-threads", type=int, default=1,
+                        help="torch threads of the TRL process (default 1; 0: one per core)")
+    parser.add_argument("--trl-lr-sweep", metavar="LR,LR,...",
+                        help="run TRL at each rate on every op first and use the best")
+    parser.add_argument("--sweep-budget", type=float,
+                        help="seconds per sweep run (default: --budget; then the chosen "
+                             "rate's sweep runs are the TRL results)")
+    parser.add_argument("--rollyard-arg", action="append", default=[], metavar="FLAG",
+                        help="extra `rollyard train` flag (repeatable; --rollyard-arg=--lr=1e-3)")
+    parser.add_argument("--quiet-wait", type=float, default=300.0, metavar="S",
+                        help="before each run, wait up to S s until other processes use under "
+                             "half a core (default 300; 0: don't wait)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rollyard", default=str(REPO / ".venv" / "bin" / "rollyard"),
+                        help="the rollyard executable (default: the project's .venv)")
+    parser.add_argument("--venv", type=Path, default=HERE / ".trl-venv",
+                        help="where the TRL venv is built and cached")
+    parser.add_argument("--python", default=shutil.which("python3.11") or sys.executable,
+                        help="interpreter the TRL venv is built from")
+    parser.add_argument("--out", type=Path, help="results folder (default "
+                        "benchmarks/results/vs-trl-<time>)")
+    args = parser.parse_args(argv)
+    ops = [op.strip() for op in args.ops.split(",") if op.strip()]
+    frameworks = {f.strip() for f in args.frameworks.split(",") if f.strip()}
+    if not ops or set(ops) - set(toy_task.OPERATIONS):
+        parser.error(f"--ops: choose from {sorted(toy_task.OPERATIONS)}")
+    if not frameworks or frameworks - {"rollyard", "trl"}:
+        parser.error("--frameworks: rollyard, trl or both")
+    if args.budget <= 0:
+        parser.error("--budget must be positive")
+    sweep = [float(x) for x in args.trl_lr_sweep.split(",")] if args.trl_lr_sweep else []
+    sweep_budget = args.sweep_budget or args.budget
+    if not Path(args.rollyard).exists():
+        parser.error(f"{args.rollyard} not found: run `make install` first (or --rollyard)")
+
+    out = args.out or HERE / "results" / f"vs-trl-{time.strftime('%Y%m%d-%H%M%S')}"
+    out.mkdir(parents=True, exist_ok=True)
+    vpy = ensure_venv(args.venv, args.python) if "trl" in frameworks else None
+    model = out / "model"
+    if not (model / "config.json").exists():
+        subprocess.run([args.rollyard, "init-model", str(model), "--seed", str(args.seed)],
+                       check=True, cwd=REPO, stdout=subprocess.DEVNULL)
+    max_seconds_flag = "rollyard" in frameworks and rollyard_has_max_seconds(args.rollyard)
+
+    notes: list[str] = []
+    lr, sweep_runs = args.trl_lr, {}
+    if "trl" in frameworks and sweep:
+        for rate in sweep:
+            for op in ops:
+                sweep_runs[(rate, op)] = summarize(
+                    run_trl(args, vpy, op, model, out, rate, sweep_budget, f"sweep-{rate:g}"),
+                    sweep_budget)
+
+        def score(rate: float) -> float:
+            return sum(sweep_runs[(rate, op)]["best3"] or 0.0 for op in ops) / len(ops)
+
+        lr = max(sweep, key=score)
+        print(f"\nTRL learning-rate sweep ({sweep_budget:g} s per run):")
+        print(table([sweep_runs[(rate, op)] for rate in sweep for op in ops]))
+        notes.append(f"TRL lr {lr:g}: best mean best3 of the sweep {sweep} "
+                     f"({sweep_budget:g} s per run)")
+    else:
+        notes.append(f"TRL lr {lr:g} (--trl-lr; no sweep in this run)")
+
+    runs = []
+    for op in ops:
+        ry = trl = None
+        if "rollyard" in frameworks:
+            ry = summarize(run_rollyard(args, op, model, out, max_seconds_flag), args.budget)
+            runs.append(ry)
+            notes.append(f"rollyard {op}: stopped by {ry['stop']} (exit {ry['returncode']}), "
+                         f"{ry['all_steps']} steps logged, {ry['steps']} within the budget")
+        if "trl" in frameworks:
+            if (lr, op) in sweep_runs and sweep_budget == args.budget:
+                trl = sweep_runs[(lr, op)]
+            else:
+                trl = summarize(run_trl(args, vpy, op, model, out, lr, args.budget, "main"),
+                                args.budget)
+            runs.append(trl)
+        if ry is not None:
+            notes.extend(check_against_rollyard(ry, trl, op, args.seed))
+        for run in (ry, trl):
+            if run is None or not run["curve"]:
+                continue
+            step_times = sorted(b[0] - a[0] for a, b in zip(run["curve"], run["curve"][1:]))
+            typical = step_times[len(step_times) // 2] if step_times else 0.0
+            if run["curve"][-1][0] < args.budget - max(5.0, 3 * typical):
+                notes.append(f"{run['framework']} {op}: its last step ended at "
+                             f"{run['curve'][-1][0]:.0f} s, before the {args.budget:g} s budget")
+            if (run.get("others_cores") or 0.0) > 0.5:
+                notes.append(f"{run['framework']} {op}: other processes kept "
+                             f"{run['others_cores']:.1f} cores busy during the run; its "
+                             "time-based figures are disturbed")
+            if run.get("last_entropy") is not None:
+                notes.append(f"{run['framework']} {op}: entropy at the last step "
+                             f"{run['last_entropy']:.3f}")
+
+    results = {"budget": args.budget, "ops": ops, "groups": GROUPS, "group_size": GROUP_SIZE,
+               "max_new_tokens": MAX_NEW_TOKENS, "seed": args.seed, "trl_lr": lr,
+               "reward_max": toy_task.REWARD_MAX, "thresholds": list(THRESHOLDS),
+               "rollyard_args": args.rollyard_arg, "notes": notes, "runs": runs,
+               "sweep": [{k: v for k, v in r.items() if k != "curve"}
+                         for r in sweep_runs.values()]}
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    text = (f"rollyard vs TRL GRPOTrainer: {args.budget:g} s training each, {GROUPS} prompts x "
+            f"{GROUP_SIZE} completions, {MAX_NEW_TOKENS} new tokens; reward = char-f1 + "
+            f"exact-match (0..{toy_task.REWARD_MAX:g}), best3/max = best3 / "
+            f"{toy_task.REWARD_MAX:g}; t>=X on the 3-step mean; others: cores kept busy by "
+            f"other processes during the run (0 on a quiet machine)"
+            + (f"; rollyard flags added: {shlex.join(args.rollyard_arg)}"
+               if args.rollyard_arg else "") + f"\n\n{table(runs)}\n\n"
+            + "\n".join(f"- {n}" for n in notes) + "\n")
+    (out / "table.md").write_text(text)
+    print("\n" + text)
+    plot = out / "reward_vs_time.png"
+    plotter = vpy or args.venv / "bin" / "python"
+    if plotter.exists():
+        done = subprocess.run([str(plotter), str(HERE / "trl_side" / "plot.py"),
+                               str(out / "results.json"), str(plot)], cwd=REPO)
+        if done.returncode == 0:
+            print(f"plot: {plot}")
+    print(f"results: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
