@@ -122,6 +122,9 @@ class RunConfig:
     entropy_coef: float = option(0.0, group=TRAINING, help="weight of the entropy bonus")
     micro_batch_size: int = option(16, group=TRAINING, check=positive,
                                    help="samples per forward pass")
+    minibatches: int = option(1, group=TRAINING, check=positive,
+                              help="optimizer updates per step: the step's samples are split "
+                                   "into this many mini-batches, one update each")
     keep_zero_variance_groups: bool = option(
         False, group=TRAINING, help="train on groups whose rewards are all equal")
 

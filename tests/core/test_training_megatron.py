@@ -17,6 +17,7 @@ from rollyard import Sample
 from rollyard.training import TrainConfig, TrainGroup
 from rollyard.training.checkpoint import load_hf_weights, read_hf_config
 from rollyard.training.convert import ModelShape, hf_to_megatron, megatron_to_hf
+from rollyard.training.group import minibatch_shares
 
 SHAPE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
          "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
@@ -225,3 +226,29 @@ def test_data_parallel_2_matches_the_single_process_gradient(qwen3_tied: Path,
         assert metrics["num_samples_trained"] == 6
         assert metrics["grad_norm"] == pytest.approx(
             hf_policy_grad_norm(qwen3_tied, samples, 1.0), rel=1e-4)
+
+
+def test_minibatch_shares_are_consecutive_and_never_empty() -> None:
+    items = list(range(10))
+    assert minibatch_shares(items, 3) == [[0, 1, 2], [3, 4, 5, 6], [7, 8, 9]]
+    assert minibatch_shares(items[:2], 4) == [[0], [1]]
+    assert minibatch_shares(items, 1) == [items]
+
+
+@pytest.mark.slow
+def test_two_minibatches_are_two_updates_against_the_rollout_policy(
+        qwen3_tied: Path, ray_session: object) -> None:
+    """The second update sees the first one's change (its logprobs are off the rollout's);
+    with TIS, its importance weights are taken against the policy before the first update."""
+    config = TrainConfig(lr=5e-2, micro_batch_size=4, minibatches=2, tis_cap=2.0)
+    with TrainGroup(str(qwen3_tied), config, tp=1, dp=1) as group:
+        samples = make_samples(4, 4, seed=5, rewards=[0.0, 1.0])
+        with_logprobs(samples, hf_logprobs(qwen3_tied, samples))
+        metrics = group.train(samples)
+        assert metrics["updates"] == 2 and metrics["num_samples_trained"] == 16
+        assert math.isfinite(metrics["loss"]) and metrics["logprob_mismatch"] > 1e-4
+        # engine logprobs are the trainer's own here, so the weights are 1 throughout
+        assert metrics["tis_ratio_mean"] == pytest.approx(1.0, abs=1e-4)
+        after = group.logprobs(samples)
+        assert any(abs(a - b) > 1e-3 for s, row in zip(samples, after)
+                   for a, b in zip(s.logprobs, row))

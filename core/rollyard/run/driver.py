@@ -132,7 +132,8 @@ def run_training(config: RunConfig, manager: PluginManager,
         algorithm_options=_as_dict(selection.options("algorithm", config.algorithm)),
         tis_cap=config.tis_cap, max_new_tokens=config.max_new_tokens, lr=config.lr,
         kl_coef=config.kl_coef, entropy_coef=config.entropy_coef,
-        micro_batch_size=config.micro_batch_size, temperature=config.temperature,
+        micro_batch_size=config.micro_batch_size, minibatches=config.minibatches,
+        temperature=config.temperature,
         filter_zero_variance=not config.keep_zero_variance_groups, seed=config.seed,
         global_batch_size=config.groups_per_step * config.group_size)
     started_ray = start_ray(config.ray_address, config.num_cpus)

@@ -132,11 +132,15 @@ def micro_batch_loss(algorithm: Algorithm, logprobs: torch.Tensor,
                      engine_logprobs: torch.Tensor, advantages: torch.Tensor,
                      mask: torch.Tensor, step: StepInfo, *, entropy: torch.Tensor | None = None,
                      entropy_coef: float = 0.0, ref_logprobs: torch.Tensor | None = None,
-                     kl_coef: float = 0.0, tis_cap: float | None = None) -> LossTerms:
+                     kl_coef: float = 0.0, tis_cap: float | None = None,
+                     trainer_old: torch.Tensor | None = None) -> LossTerms:
     """The algorithm's policy loss (TIS-weighted when ``tis_cap`` is set, aggregated as the
     algorithm says) plus ``kl_coef ×`` KL and minus ``entropy_coef ×`` entropy, both means over
     the step's tokens. All tensors are [b, s]; ``entropy`` and ``ref_logprobs`` are reported
     when given and enter the loss only with a non-zero coefficient.
+
+    ``trainer_old`` are the trainer's logprobs before the step's first update, when the step
+    has several mini-batches (otherwise this forward pass stands for them).
 
     LossProblem when the algorithm raises, returns a per-token loss of the wrong shape, or
     yields a loss that is not a finite scalar.
@@ -145,7 +149,9 @@ def micro_batch_loss(algorithm: Algorithm, logprobs: torch.Tensor,
     old = engine_logprobs
     weights = ratio = None
     if tis_cap is not None:
-        old = logprobs.detach()
+        # the trainer's policy before the step's first update: this forward pass on the first
+        # (or only) mini-batch, the logprobs recorded before the updates on later ones
+        old = logprobs.detach() if trainer_old is None else trainer_old
         weights, ratio = truncated_is_weights(old, engine_logprobs, mask, tis_cap)
     batch = PolicyLossInput(logprobs, old, advantages, mask, entropy=entropy,
                             ref_logprobs=ref_logprobs)

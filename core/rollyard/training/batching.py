@@ -24,6 +24,9 @@ class TrainItem:
     loss_mask: list[int]
     logprobs: list[float]
     advantage: float
+    #: The trainer's own logprobs before the step's first update (only with truncated
+    #: importance sampling over several mini-batches): the ratio's denominator.
+    trainer_logprobs: list[float] | None = None
 
 
 @dataclass
@@ -36,6 +39,7 @@ class MicroBatch:
     old_logprobs: torch.Tensor  # [b, s] float, rollout logprobs
     advantages: torch.Tensor  # [b, s] float
     mask: torch.Tensor  # [b, s] float, 1 on trained response tokens
+    trainer_logprobs: torch.Tensor | None = None  # [b, s] float, see TrainItem
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -64,6 +68,8 @@ def collate(items: list[TrainItem]) -> MicroBatch:
     old_logprobs = torch.zeros(b, width)
     advantages = torch.zeros(b, width)
     mask = torch.zeros(b, width)
+    trainer = (torch.zeros(b, width)
+               if all(item.trainer_logprobs is not None for item in items) else None)
     for row, item in enumerate(items):
         n = len(item.tokens)
         input_ids[row, :n] = torch.tensor(item.tokens)
@@ -72,8 +78,10 @@ def collate(items: list[TrainItem]) -> MicroBatch:
         old_logprobs[row, start:end] = torch.tensor(item.logprobs, dtype=torch.float32)
         mask[row, start:end] = torch.tensor(item.loss_mask, dtype=torch.float32)
         advantages[row, start:end] = item.advantage
+        if trainer is not None:
+            trainer[row, start:end] = torch.tensor(item.trainer_logprobs, dtype=torch.float32)
     position_ids = torch.arange(width).unsqueeze(0).expand(b, -1).contiguous()
-    return MicroBatch(input_ids, position_ids, targets, old_logprobs, advantages, mask)
+    return MicroBatch(input_ids, position_ids, targets, old_logprobs, advantages, mask, trainer)
 
 
 def micro_batches(items: list[TrainItem], micro_batch_size: int) -> list[MicroBatch]:

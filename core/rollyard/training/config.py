@@ -18,6 +18,8 @@ class TrainConfig:
     ``temperature`` must equal the sampling temperature of the rollouts: recomputed
     logprobs are ``log_softmax(logits / temperature)`` of the sampled token, as in the engine.
     ``micro_batch_size`` counts samples per forward pass on one data-parallel rank.
+    ``minibatches`` splits a step's samples into that many optimizer updates (PPO epochs of
+    one pass); the ratio of later ones is taken against the rollout's policy.
     ``global_batch_size``, when set, is the number of samples per step the run produces; it is
     checked against the data-parallel size up front.
 
@@ -49,6 +51,7 @@ class TrainConfig:
     kl_coef: float = 0.0
     entropy_coef: float = 0.0
     micro_batch_size: int = 8
+    minibatches: int = 1
     temperature: float = 1.0
     filter_zero_variance: bool = True
     seed: int = 0
@@ -61,7 +64,8 @@ class TrainConfig:
             if isinstance(value, float) and not math.isfinite(value):
                 raise ConfigError(f"TrainConfig.{f.name} is {value!r}; expected a finite number")
         positive = {"lr": self.lr, "temperature": self.temperature,
-                    "micro_batch_size": self.micro_batch_size, "adam_eps": self.adam_eps}
+                    "micro_batch_size": self.micro_batch_size, "adam_eps": self.adam_eps,
+                    "minibatches": self.minibatches}
         for name, value in positive.items():
             if value <= 0:
                 raise ConfigError(f"TrainConfig.{name} is {value!r}; it must be positive")

@@ -55,6 +55,13 @@ def _to_item(sample: Sample, advantage: float = 0.0) -> TrainItem:
                      advantage)
 
 
+def minibatch_shares(items: list[TrainItem], count: int) -> list[list[TrainItem]]:
+    """``items`` in at most ``count`` consecutive shares of near-equal size (never empty)."""
+    count = max(1, min(count, len(items)))
+    bounds = [round(i * len(items) / count) for i in range(count + 1)]
+    return [items[bounds[i]: bounds[i + 1]] for i in range(count)]
+
+
 def _get_all(refs: list[Any]) -> list[Any]:
     """Results of every rank, raising the first failure as soon as it happens.
 
@@ -177,7 +184,8 @@ class TrainGroup:
         return items, step, counts
 
     def train(self, samples: list[Sample]) -> dict[str, float]:
-        """One optimizer step over ``samples`` (all of them, in micro-batches); its metrics.
+        """Optimizer steps over ``samples``: one, or ``config.minibatches`` over consecutive
+        shares of them (whole groups where possible); the step's metrics.
 
         Without any trainable token (every group filtered, or no samples) nothing is updated
         and ``num_samples_trained`` is 0.
@@ -190,24 +198,38 @@ class TrainGroup:
             return {**metrics, "num_samples_trained": 0.0, "update_skipped": 1.0,
                     "trained_tokens": 0.0, "tokens": 0.0,
                     "step_time": time.perf_counter() - start}
-        shares = split_for_data_parallel(items, self.dp)
-        results = _get_all([actor.train_step.remote(shares[rank // self.tp], step)
-                            for rank, actor in enumerate(self._actors)])
-        replicas = results[:: self.tp]  # tensor-parallel rank 0 of every data-parallel replica
-        for key in _SHARES:
-            metrics[key] = sum(r.get(key, 0.0) for r in replicas)
+        shares = minibatch_shares(items, self.config.minibatches)
+        if len(shares) > 1 and self.config.tis_cap is not None:
+            before = _get_all([a.logprobs.remote(items) for a in self._actors[: self.tp]])[0]
+            for item, logprobs in zip(items, before):
+                item.trainer_logprobs = logprobs
+        results: list[dict[str, float]] = []
+        for share in shares:
+            share_step = StepInfo(sequences=len(share),
+                                  tokens=float(sum(sum(item.loss_mask) for item in share)),
+                                  max_response_len=step.max_response_len)
+            ranks = split_for_data_parallel(share, self.dp)
+            results += _get_all([actor.train_step.remote(ranks[rank // self.tp], share_step)
+                                 for rank, actor in enumerate(self._actors)])
+        replicas = [r for i, r in enumerate(results) if (i % len(self._actors)) % self.tp == 0]
+        for key in _SHARES:  # each update's loss, averaged over the updates
+            metrics[key] = sum(r.get(key, 0.0) for r in replicas) / len(shares)
         for key in _PER_TOKEN:
             metrics[key] = sum(r.get(key, 0.0) for r in replicas) / trained_tokens
         if self.config.tis_cap is not None:
             metrics["tis_ratio_mean"] = sum(r["tis_ratio"] for r in replicas) / trained_tokens
             metrics["tis_truncated"] = sum(r["tis_truncated"] for r in replicas) / trained_tokens
             metrics["tis_ratio_max"] = max(r["tis_ratio_max"] for r in replicas)
-        for key in ("grad_norm", "lr", "update_skipped"):
-            metrics[key] = results[0][key]
+        last = results[-len(self._actors)]
+        metrics["grad_norm"] = sum(r["grad_norm"] for r in results[:: len(self._actors)]) / len(
+            shares)
+        metrics["lr"] = last["lr"]
+        metrics["update_skipped"] = float(all(r["update_skipped"] for r in results))
         tokens = float(sum(len(item.tokens) for item in items))
         step_time = time.perf_counter() - start
         metrics.update(num_samples_trained=float(len(items)), trained_tokens=trained_tokens,
                        tokens=tokens, step_time=step_time, tokens_per_s=tokens / step_time,
+                       updates=float(len(shares)),
                        rank_step_time=max(r["step_time"] for r in results))
         return metrics
 

@@ -140,9 +140,9 @@ class MegatronWorker:
             end_wd=cfg.weight_decay, wd_incr_steps=decay_steps, wd_incr_style="constant")
 
     def _on_device(self, batch: MicroBatch) -> MicroBatch:
-        return MicroBatch(*(t.to(self.device) for t in (
+        return MicroBatch(*(None if t is None else t.to(self.device) for t in (
             batch.input_ids, batch.position_ids, batch.targets, batch.old_logprobs,
-            batch.advantages, batch.mask)))
+            batch.advantages, batch.mask, batch.trainer_logprobs)))
 
     def train_step(self, items: list[TrainItem], step: StepInfo | float) -> dict[str, float]:
         """One optimizer step over this rank's ``items``; returns sums and the step's scalars.
@@ -179,7 +179,8 @@ class MegatronWorker:
                     self.algorithm, logprobs, batch.old_logprobs, batch.advantages, batch.mask,
                     step, entropy=entropy if cfg.entropy_coef else entropy.detach(),
                     entropy_coef=cfg.entropy_coef, ref_logprobs=ref_logprobs,
-                    kl_coef=cfg.kl_coef, tis_cap=cfg.tis_cap)
+                    kl_coef=cfg.kl_coef, tis_cap=cfg.tis_cap,
+                    trainer_old=batch.trainer_logprobs)
             except LossProblem as exc:
                 problem = str(exc)
                 break
