@@ -29,6 +29,7 @@ module, and only the trainer's processes need torch.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import math
 from collections import defaultdict
 from collections.abc import Sequence
@@ -235,3 +236,27 @@ def check_clip_range(options: Any, low: str = "clip_low", high: str = "clip_high
     if lo > hi:
         raise ValueError(f"{low}={lo!r} is greater than {high}={hi!r}; the low clip range "
                          "must not exceed the high one")
+
+
+@dataclass(frozen=True)
+class ClipOptions:
+    """A symmetric PPO clip range: the options of the PPO-clip algorithms."""
+
+    clip_eps: float = dataclasses.field(default=0.2, metadata={
+        "help": "PPO clip range: the ratio is clipped to 1 ± clip_eps"})
+
+    def __post_init__(self) -> None:
+        check_clip_range(self, "clip_eps", "clip_eps")
+
+
+class PPOClipAlgorithm(Algorithm):
+    """Token-level PPO-clip with a symmetric range (``Options`` derive from ClipOptions);
+    subclasses supply the advantages."""
+
+    Options: ClassVar[type] = ClipOptions
+
+    def policy_loss(self, batch: PolicyLossInput) -> PolicyLoss:
+        import torch
+
+        ratio = torch.exp(batch.logprobs - batch.old_logprobs)
+        return ppo_clip(ratio, batch.advantages, self.options.clip_eps, self.options.clip_eps)

@@ -19,6 +19,7 @@ from typing import Any
 
 from rollyard.errors import ConfigError
 from rollyard.options import (
+    LegacyOption,
     OptionSpec,
     at_least,
     between,
@@ -64,6 +65,13 @@ class RunConfig:
         help="stop when more than this share of a step's samples failed or aborted")
     progress: bool = option(True, group=RUN, help="show a progress bar (--no-progress: plain "
                                                   "output)")
+    save_interval: int = option(0, group=RUN, check=non_negative, metavar="N",
+                                help="save a checkpoint every N steps (0: only at the end, and "
+                                     "when a signal or --max-seconds stops the run)")
+    max_seconds: float | None = option(None, group=RUN, check=positive, metavar="S",
+                                       help="stop after the step that passes S seconds of "
+                                            "training in this process, save and exit 0 "
+                                            "(default: no limit)")
 
     rollout_plugin: str = option("toy", group=ROLLOUT, metavar="NAME",
                                  help="the environment to train on (see `rollyard plugins`)")
@@ -196,6 +204,14 @@ class RunConfig:
         return cls.from_data(data, tables, str(path))
 
 
+#: Core options that ``rollyard train --resume`` may change: how long the run goes on, where it
+#: runs and what it prints; none changes what a step computes unless something fails or times
+#: out. Every other option, plugin options included, must keep its saved value.
+RESUME_SAFE = frozenset({"steps", "save_interval", "max_seconds", "progress",
+                         "failure_threshold", "rollout_timeout", "num_cpus", "ray_address",
+                         "engine_url"})
+
+
 def core_specs() -> list[OptionSpec]:
     """The core options of ``rollyard train``, in declaration order."""
     return option_specs(RunConfig, "")
@@ -286,23 +302,19 @@ def build_run_config(tables: OptionTables, layers: list[Layer],
 def _table_value(tables: OptionTables, typed: dict[str, dict[str, Any]],
                  legacy: dict[str, dict[str, Any]], source: str, table: str,
                  values: Mapping[str, Any]) -> None:
+    """Check the ``[table]`` values of a layer into ``typed`` or ``legacy``."""
+    declared: Mapping[str, OptionSpec | LegacyOption]
     if table in tables.typed:
-        specs = {spec.name: spec for spec in tables.typed[table].specs}
-        for key, value in values.items():
-            spec = specs.get(key.replace("-", "_"))
-            if spec is None:
-                raise ConfigError(f"{source}: unknown option [{table}] {key!r} (no plugin "
-                                  f"option --{table}-{key.replace('_', '-')})")
-            typed[table][spec.name] = spec.coerce(value, f"{source}: [{table}] {key!r}")
-        return
-    if table in tables.legacy:
-        options = {o.name: o for o in tables.legacy[table].options}
-        for key, value in values.items():
-            declared = options.get(key.replace("-", "_"))
-            if declared is None:
-                raise ConfigError(f"{source}: unknown option [{table}] {key!r} (no plugin "
-                                  f"option --{table}-{key.replace('_', '-')})")
-            legacy[table][declared.name] = declared.coerce(value, f"{source}: [{table}] {key!r}")
-        return
-    raise ConfigError(f"{source}: unknown table [{table}] (no installed plugin declares "
-                      f"options under that name; known: {', '.join(sorted(tables.names()))})")
+        declared, target = {spec.name: spec for spec in tables.typed[table].specs}, typed[table]
+    elif table in tables.legacy:
+        declared = {o.name: o for o in tables.legacy[table].options}
+        target = legacy[table]
+    else:
+        raise ConfigError(f"{source}: unknown table [{table}] (no installed plugin declares "
+                          f"options under that name; known: {', '.join(sorted(tables.names()))})")
+    for key, value in values.items():
+        found = declared.get(key.replace("-", "_"))
+        if found is None:
+            raise ConfigError(f"{source}: unknown option [{table}] {key!r} (no plugin "
+                              f"option --{table}-{key.replace('_', '-')})")
+        target[found.name] = found.coerce(value, f"{source}: [{table}] {key!r}")

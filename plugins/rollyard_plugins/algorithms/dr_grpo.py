@@ -15,41 +15,17 @@ step's number of trained samples: a constant, so every token weighs the same.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
-from rollyard import Algorithm, Sample
-from rollyard.algorithms import (
-    PolicyLoss,
-    PolicyLossInput,
-    StepInfo,
-    check_clip_range,
-    group_centred,
-    ppo_clip,
-)
+from rollyard import Sample
+from rollyard.algorithms import PPOClipAlgorithm, StepInfo, group_centred
 
 
-@dataclass(frozen=True)
-class DrGRPOOptions:
-    clip_eps: float = field(default=0.2, metadata={
-        "help": "PPO clip range: the ratio is clipped to 1 ± clip_eps"})
-
-    def __post_init__(self) -> None:
-        check_clip_range(self, "clip_eps", "clip_eps")
-
-
-class DrGRPO(Algorithm):
+class DrGRPO(PPOClipAlgorithm):
     """Centred advantages, token-level PPO-clip, sum over tokens / (max length × samples)."""
 
     name = "dr-grpo"
-    Options = DrGRPOOptions
     loss_aggregation = "seq-mean-token-sum-norm"
 
     def advantages(self, samples: Sequence[Sample], step: StepInfo) -> list[float]:
         return group_centred([s.reward for s in samples], [s.group_id for s in samples],
                              scale_by_std=False)
-
-    def policy_loss(self, batch: PolicyLossInput) -> PolicyLoss:
-        import torch
-
-        ratio = torch.exp(batch.logprobs - batch.old_logprobs)
-        return ppo_clip(ratio, batch.advantages, self.options.clip_eps, self.options.clip_eps)

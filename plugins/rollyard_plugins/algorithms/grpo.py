@@ -14,29 +14,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from rollyard import Algorithm, Sample
-from rollyard.algorithms import (
-    PolicyLoss,
-    PolicyLossInput,
-    StepInfo,
-    check_clip_range,
-    group_centred,
-    ppo_clip,
-)
+from rollyard import Sample
+from rollyard.algorithms import ClipOptions, PPOClipAlgorithm, StepInfo, group_centred
 
 
 @dataclass(frozen=True)
-class GRPOOptions:
-    clip_eps: float = field(default=0.2, metadata={
-        "help": "PPO clip range: the ratio is clipped to 1 ± clip_eps"})
+class GRPOOptions(ClipOptions):
     scale_by_std: bool = field(default=True, metadata={
         "help": "divide each group's centred rewards by their standard deviation"})
 
-    def __post_init__(self) -> None:
-        check_clip_range(self, "clip_eps", "clip_eps")
 
-
-class GRPO(Algorithm):
+class GRPO(PPOClipAlgorithm):
     """Group-normalised advantages, token-level PPO-clip, mean over the step's tokens."""
 
     name = "grpo"
@@ -45,9 +33,3 @@ class GRPO(Algorithm):
     def advantages(self, samples: Sequence[Sample], step: StepInfo) -> list[float]:
         return group_centred([s.reward for s in samples], [s.group_id for s in samples],
                              scale_by_std=self.options.scale_by_std)
-
-    def policy_loss(self, batch: PolicyLossInput) -> PolicyLoss:
-        import torch
-
-        ratio = torch.exp(batch.logprobs - batch.old_logprobs)
-        return ppo_clip(ratio, batch.advantages, self.options.clip_eps, self.options.clip_eps)
