@@ -15,7 +15,7 @@ import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rollyard.errors import ConfigError
 from rollyard.options import (
@@ -106,6 +106,12 @@ class RunConfig:
     num_engines: int = option(1, group=INFERENCE, check=positive, help="engines to start")
     transport: str = option("sglang", group=INFERENCE, metavar="NAME",
                             help="client that talks to the engines")
+    weight_sync: Literal["disk", "distributed"] = option(
+        "distributed", group=INFERENCE,
+        help="how new weights reach the engines after each update: a broadcast from the "
+             "trainer's rank 0 over a process group with every engine (distributed: gloo on "
+             "CPU, NCCL on GPU) or a Hugging Face folder each engine loads (disk)")
+
 
     train_tp: int = option(1, group=TRAINING, check=positive, help="tensor-parallel size")
     train_dp: int = option(1, group=TRAINING, check=positive, help="data-parallel size")

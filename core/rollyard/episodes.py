@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from dataclasses import replace
 from typing import Any
 
 from rollyard.errors import EngineAborted, TransportError
 from rollyard.interfaces import RolloutContext
-from rollyard.types import GenerateRequest, Message, Sample, SampleStatus, SamplingParams, Task
+from rollyard.types import (
+    GenerateRequest,
+    GenerateResult,
+    Message,
+    Sample,
+    SampleStatus,
+    SamplingParams,
+    Task,
+)
 
 
 def render_prompt(tokenizer: Any, prompt: list[Message] | str) -> list[int]:
@@ -34,7 +41,8 @@ def _sampling_for(context: RolloutContext, index: int) -> SamplingParams:
 
 
 async def sample_single_turn(context: RolloutContext, task: Task, n: int) -> list[Sample]:
-    """Run ``n`` single-turn episodes of ``task`` concurrently through the run's transport.
+    """Run ``n`` single-turn episodes of ``task`` through the run's transport, as one batch
+    (:meth:`rollyard.Transport.generate_batch`); each request keeps its own sampling seed.
 
     Each sample records the decoded completion in ``metadata["completion"]``. An engine abort
     makes that sample ``aborted``; a transport error makes it ``failed``; both keep the reason.
@@ -42,15 +50,11 @@ async def sample_single_turn(context: RolloutContext, task: Task, n: int) -> lis
     prompt_ids = render_prompt(context.tokenizer, task.prompt)
     group_id = f"{task.id}/{uuid.uuid4().hex[:8]}"
 
-    async def one(index: int) -> Sample:
-        request = GenerateRequest(prompt_ids, _sampling_for(context, index),
-                                  session_id=f"{group_id}/{index}")
-        try:
-            result = await context.transport.generate(request)
-        except TransportError as exc:  # EngineAborted included
-            status = (SampleStatus.ABORTED if isinstance(exc, EngineAborted)
+    def one(result: GenerateResult | TransportError) -> Sample:
+        if isinstance(result, TransportError):  # EngineAborted included
+            status = (SampleStatus.ABORTED if isinstance(result, EngineAborted)
                       else SampleStatus.FAILED)
-            lost = Sample.lost(task.id, group_id, status, str(exc), prompt_ids)
+            lost = Sample.lost(task.id, group_id, status, str(result), prompt_ids)
             lost.metadata["completion"] = ""
             return lost
         status = (SampleStatus.TRUNCATED if result.finish_reason == "length"
@@ -63,5 +67,9 @@ async def sample_single_turn(context: RolloutContext, task: Task, n: int) -> lis
             metadata={"completion": context.tokenizer.decode(result.output_ids,
                                                              skip_special_tokens=True)})
 
-    return list(await asyncio.gather(*(one(i) for i in range(n))))
+    # the whole group in one call: an engine sees its shared prompt once
+    requests = [GenerateRequest(prompt_ids, _sampling_for(context, index),
+                                session_id=f"{group_id}/{index}") for index in range(n)]
+    results = await context.transport.generate_batch(requests, return_exceptions=True)
+    return [one(result) for result in results]
 

@@ -8,6 +8,7 @@ class without one receives the ``dict`` of its plugin's ``add_options`` values.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+from rollyard.errors import TransportError
 from rollyard.types import GenerateRequest, GenerateResult, Sample, SamplingParams, Task
 
 
@@ -87,6 +89,61 @@ class Transport(Configurable, ABC):
     async def update_weights(self, model_dir: str, weight_version: int) -> None:
         """Make every engine load the Hugging Face checkpoint in ``model_dir`` and serve it as
         ``weight_version`` (SGLang ``/update_weights_from_disk``)."""
+
+    async def generate_batch(self, requests: Sequence[GenerateRequest], *,
+                             return_exceptions: bool = False,
+                             ) -> list[GenerateResult | TransportError]:
+        """Generate for several requests at once (a group sharing its prompt): one result per
+        request, in order. With ``return_exceptions`` a request that failed gives its
+        TransportError (EngineAborted included) in its place instead of raising.
+
+        The default sends each request through :meth:`generate` concurrently; transports
+        that can send a batch in one call (SGLang's list form of ``/generate``) override it.
+        """
+        results = await asyncio.gather(*(self.generate(r) for r in requests),
+                                       return_exceptions=return_exceptions)
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, TransportError):
+                raise result
+        return list(results)
+
+    #: Whether the distributed weight-update methods below are implemented
+    #: (``--weight-sync distributed``).
+    supports_distributed_weight_sync: ClassVar[bool] = False
+
+    async def weight_group_ranks(self) -> dict[str, int]:
+        """How many ranks each engine takes in a weight-update group (its tensor-parallel
+        size), keyed by URL."""
+        raise self._no_distributed_sync()
+
+    async def init_weights_update_group(self, *, master_address: str, master_port: int,
+                                        rank_offsets: Mapping[str, int], world_size: int,
+                                        group_name: str, backend: str,
+                                        timeout: float) -> None:
+        """Make every engine join the weight-update group whose rank 0 (the trainer) hosts
+        the rendezvous at ``master_address:master_port``; engine ``url`` takes the ranks from
+        ``rank_offsets[url]`` (SGLang ``/init_weights_update_group``). Raises TransportError
+        naming an engine that could not join within ``timeout`` seconds."""
+        raise self._no_distributed_sync()
+
+    async def update_weights_from_distributed(self, buckets: Sequence[Sequence[Any]],
+                                              weight_version: int, *, group_name: str,
+                                              timeout: float) -> None:
+        """Make every engine receive ``buckets`` (lists of
+        :class:`rollyard.weight_transfer.TensorSpec`, one broadcast each) from rank 0 of
+        ``group_name`` and serve them as ``weight_version`` (SGLang
+        ``/update_weights_from_distributed``). The trainer broadcasts meanwhile."""
+        raise self._no_distributed_sync()
+
+    async def destroy_weights_update_group(self, group_name: str) -> dict[str, bool]:
+        """Make every engine leave ``group_name``; whether each did, keyed by URL. Never
+        raises for an engine that is gone."""
+        raise self._no_distributed_sync()
+
+    def _no_distributed_sync(self) -> NotImplementedError:
+        return NotImplementedError(
+            f"transport {self.name or type(self).__name__!r} does not implement the "
+            "distributed weight update; use --weight-sync disk")
 
     async def close(self) -> None:
         """Release connections. Safe to call twice."""

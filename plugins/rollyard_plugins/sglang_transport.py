@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -150,6 +151,8 @@ class SGLangTransport(Transport):
         self._session_loop: asyncio.AbstractEventLoop | None = None
         self._next = 0
         self._sticky: collections.OrderedDict[str, str] = collections.OrderedDict()
+        #: Engines that take a distributed update without a begin/end session.
+        self._sessionless: set[str] = set()
 
     # ------------------------------------------------------------------ routing
 
@@ -224,6 +227,51 @@ class SGLangTransport(Transport):
                                    headers=headers, timeout=self.options.timeout)
         return parse_generate_response(data, url)
 
+    async def generate_batch(self, requests: Sequence[GenerateRequest], *,
+                             return_exceptions: bool = False,
+                             ) -> list[GenerateResult | TransportError]:
+        """One ``/generate`` call in SGLang's batch form (``input_ids`` a list of lists,
+        ``sampling_params`` one object per request, each with its own ``sampling_seed``) to
+        one engine, which then sees the whole group together (the embedded engine prefills a
+        shared prompt once; SGLang's radix cache shares it). The engine is the sticky one of
+        the first request's session, and every session of the batch sticks to it."""
+        requests = list(requests)
+        if not requests:
+            return []
+        if len(requests) == 1:
+            return await super().generate_batch(requests, return_exceptions=return_exceptions)
+        url = self.route(requests[0].session_id)
+        for request in requests[1:]:
+            if request.session_id is not None:
+                self._sticky[request.session_id] = url
+                self._sticky.move_to_end(request.session_id)
+        payloads = [generate_payload(r) for r in requests]
+        body = {"input_ids": [p["input_ids"] for p in payloads],
+                "sampling_params": [p["sampling_params"] for p in payloads],
+                "return_logprob": True}
+        key = requests[0].session_id
+        try:
+            data = await self._request("POST", url, "/generate", payload=body,
+                                       headers={ROUTING_KEY_HEADER: key} if key else None,
+                                       timeout=self.options.timeout)
+            if not isinstance(data, list) or len(data) != len(requests):
+                raise TransportError(f"malformed /generate response: expected a list of "
+                                     f"{len(requests)} results for the batch, got "
+                                     f"{_describe(data)}", url=url)
+        except TransportError as exc:
+            if not return_exceptions:
+                raise
+            return [exc] * len(requests)
+        results: list[GenerateResult | TransportError] = []
+        for item in data:
+            try:
+                results.append(parse_generate_response(item, url))
+            except TransportError as exc:
+                if not return_exceptions:
+                    raise
+                results.append(exc)
+        return results
+
     async def health(self) -> dict[str, bool]:
         async def one(url: str) -> bool:
             try:
@@ -261,11 +309,112 @@ class SGLangTransport(Transport):
             raise TransportError(f"after the weight update to version {weight_version}, engines "
                                  f"still report {stale}", url=next(iter(stale)))
 
+    # ------------------------------------------------------------------ distributed update
+
+    supports_distributed_weight_sync = True
+
+    async def _control(self, url: str, path: str, payload: Any, timeout: float,
+                       what: str) -> str:
+        """POST one weight-sync control call; its message, or TransportError naming ``url``."""
+        try:
+            reply = await self._request("POST", url, path, payload=payload, timeout=timeout,
+                                        retry=False)
+        except TransportError as exc:
+            raise TransportError(f"{what} failed: {str(exc).removesuffix(f' [engine {url}]')}",
+                                 url=url) from exc
+        if not isinstance(reply, dict) or reply.get("success") is not True:
+            message = reply.get("message") if isinstance(reply, dict) else reply
+            raise TransportError(f"{what} failed: {message}", url=url)
+        return str(reply.get("message", ""))
+
+    async def weight_group_ranks(self) -> dict[str, int]:
+        async def one(url: str) -> int:
+            try:
+                info = await self._request("GET", url, "/get_server_info",
+                                           timeout=self.options.control_timeout)
+            except TransportError:
+                return 1
+            info = info if isinstance(info, dict) else {}
+            # SGLang 0.5.23 takes an update only inside /begin_weight_update ...
+            # /end_weight_update; an engine that says it does not need that saves two calls
+            if info.get("weight_update_session_required") is False:
+                self._sessionless.add(url)
+            else:
+                self._sessionless.discard(url)
+            size = info.get("tp_size", 1)
+            return size if isinstance(size, int) and size > 0 else 1
+
+        return dict(zip(self.urls, await asyncio.gather(*(one(u) for u in self.urls))))
+
+    async def init_weights_update_group(self, *, master_address: str, master_port: int,
+                                        rank_offsets: Mapping[str, int], world_size: int,
+                                        group_name: str, backend: str,
+                                        timeout: float) -> None:
+        async def one(url: str) -> None:
+            body = {"master_address": master_address, "master_port": master_port,
+                    "rank_offset": rank_offsets[url], "world_size": world_size,
+                    "group_name": group_name, "backend": backend}
+            await self._control(url, "/init_weights_update_group", body, timeout,
+                                f"joining weight update group {group_name!r} (rank "
+                                f"{rank_offsets[url]} of {world_size}, rendezvous "
+                                f"{master_address}:{master_port})")
+
+        await asyncio.gather(*(one(u) for u in self.urls))
+
+    async def update_weights_from_distributed(self, buckets: Sequence[Sequence[Any]],
+                                              weight_version: int, *, group_name: str,
+                                              timeout: float) -> None:
+        from rollyard.weight_transfer import update_body
+
+        async def one(url: str) -> None:
+            session = url not in self._sessionless
+            end = ("/end_weight_update", {}, timeout, "closing the weight-update session")
+            if session:
+                await self._control(url, "/begin_weight_update", {}, timeout,
+                                    "opening a weight-update session")
+            try:
+                for i, bucket in enumerate(buckets):
+                    last = i == len(buckets) - 1
+                    body = update_body(bucket, group_name=group_name, flush_cache=last,
+                                       weight_version=str(weight_version) if last else None)
+                    await self._control(url, "/update_weights_from_distributed", body, timeout,
+                                        f"in-memory weight update to version {weight_version} "
+                                        f"(bucket {i + 1} of {len(buckets)})")
+            except BaseException:
+                if session:
+                    with contextlib.suppress(TransportError):
+                        await self._control(url, *end)
+                raise
+            if session:
+                await self._control(url, *end)
+
+        # a successful last bucket set the version (SGLang sets it only on success), so
+        # unlike the disk update no /get_model_info round trip follows
+        await asyncio.gather(*(one(u) for u in self.urls))
+
+    async def destroy_weights_update_group(self, group_name: str) -> dict[str, bool]:
+        async def one(url: str) -> bool:
+            try:
+                await self._control(url, "/destroy_weights_update_group",
+                                    {"group_name": group_name}, self.options.control_timeout,
+                                    "leaving the weight update group")
+                return True
+            except TransportError:
+                return False
+
+        return dict(zip(self.urls, await asyncio.gather(*(one(u) for u in self.urls))))
+
     async def close(self) -> None:
         if (self._session is not None and not self._session.closed
                 and self._session_loop is asyncio.get_running_loop()):
             await self._session.close()
         self._session = None
+
+
+def _describe(data: Any) -> str:
+    if isinstance(data, list):
+        return f"a list of {len(data)}"
+    return type(data).__name__
 
 
 def _error_text(text: str) -> str:

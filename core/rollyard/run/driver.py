@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import shutil
 import time
 from collections.abc import Mapping
 from datetime import datetime
@@ -13,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rollyard.config import RunConfig
-from rollyard.errors import ConfigError, TooManyFailures, TransportError
+from rollyard.errors import ConfigError, TooManyFailures
 from rollyard.options import options_data
 from rollyard.plugin_options import table_of
 from rollyard.plugins import PluginManager
@@ -22,6 +21,7 @@ from rollyard.run.group_draw import GroupDraw, draw_groups, resample_budget
 from rollyard.run.metrics import failure_reasons, sample_metrics
 from rollyard.run.ray_cluster import start_ray
 from rollyard.run.rollout_workers import RolloutPool, RolloutSpec
+from rollyard.run.weight_sync import make_weight_sync
 from rollyard.types import Sample
 
 
@@ -173,8 +173,26 @@ class RunSession:
         self.config, self.selection, self.run_dir = config, selection, run_dir
         self.model_dir, self.fleet, self.group = model_dir, fleet, group
         self.hooks = selection.manager.hooks
-        self.weights_dir: str | None = None
-        self.weight_version = 0
+        self.weight_sync = make_weight_sync(config.weight_sync, run_dir, fleet, group)
+
+    @property
+    def weight_version(self) -> int:
+        """The weight version the engines serve (0: the initial model)."""
+        return self.weight_sync.version
+
+    @weight_version.setter
+    def weight_version(self, version: int) -> None:
+        self.weight_sync.version = version
+
+    @property
+    def weights_dir(self) -> str | None:
+        """The exported folder of the weights the engines serve, if there is one."""
+        return self.weight_sync.current_weights_dir
+
+    @weights_dir.setter
+    def weights_dir(self, folder: str | None) -> None:
+        self.weight_sync.weights_dir = folder
+        self.weight_sync.exported_version = self.weight_sync.version
 
     def rollout_spec(self) -> RolloutSpec:
         config = self.config
@@ -207,14 +225,14 @@ class RunSession:
                     progress.advance(bar)
         finally:
             await asyncio.to_thread(pool.close)
+            await self.weight_sync.close(transport)
             await transport.close()
 
     async def step(self, step: int, pool: RolloutPool, transport: Any,
                    tasks: TaskCycle) -> dict[str, float]:
         config = self.config
         started = time.perf_counter()
-        restarted = await self.fleet.restart_dead(transport, self.weights_dir,
-                                                  self.weight_version)
+        restarted = await self.weight_sync.restart_dead(transport)
         draw = await self.collect(pool, tasks)
         rollout_s = time.perf_counter() - started
         samples = draw.samples
@@ -230,12 +248,15 @@ class RunSession:
                 f"{config.failure_threshold:.0%}); most common: "
                 + "; ".join(failure_reasons(samples)))
         trained = [s for s in draw.training_samples(config.groups_per_step) if s.usable]
+        train_started = time.perf_counter()
         train_metrics = await asyncio.to_thread(self.group.train, trained)
+        metrics["time/train_s"] = time.perf_counter() - train_started
         metrics.update({f"train/{k}": v for k, v in train_metrics.items()})
+        sync_started = time.perf_counter()
         if train_metrics.get("num_samples_trained", 0) > 0:
-            self.weights_dir, restarted_now = await self.push_weights(transport, step)
-            self.weight_version = step
+            _, restarted_now = await self.push_weights(transport, step)
             metrics["engines/restarted"] += restarted_now
+        metrics["time/weight_sync_s"] = time.perf_counter() - sync_started
         metrics.update({"time/step_s": time.perf_counter() - started, "time/rollout_s": rollout_s,
                         "weight_version": float(self.weight_version),
                         "perf/tokens_per_s": metrics["response/tokens"] / rollout_s})
@@ -253,21 +274,9 @@ class RunSession:
                                                  config.max_resample_factor),
                                  refill=self.group.filters_zero_variance)
 
-    async def push_weights(self, transport: Any, step: int) -> tuple[str, int]:
-        """Export the policy and make every engine serve it as weight version ``step``.
-        Returns the weights folder and how many dead engines were relaunched on the way."""
-        target = self.run_dir / "weights" / f"step-{step:05d}"
-        await asyncio.to_thread(self.group.export_hf, str(target))
-        try:
-            await transport.update_weights(str(target.resolve()), step)
-        except TransportError:
-            # an engine that died is relaunched and loads these weights; a live engine that
-            # refused them is a real error
-            restarted = await self.fleet.restart_dead(transport, str(target.resolve()), step)
-            if not restarted:
-                raise
-        else:
-            restarted = []
-        for old in sorted((self.run_dir / "weights").glob("step-*"))[:-2]:
-            shutil.rmtree(old, ignore_errors=True)
-        return str(target.resolve()), len(restarted)
+    async def push_weights(self, transport: Any, step: int) -> tuple[str | None, int]:
+        """Make every engine serve the policy as weight version ``step`` (``--weight-sync``,
+        :mod:`rollyard.run.weight_sync`). Returns the exported folder of these weights, if
+        any, and how many dead engines were relaunched on the way."""
+        restarted = await self.weight_sync.push(transport, step)
+        return self.weights_dir, restarted

@@ -83,6 +83,21 @@ def _get_all(refs: list[Any]) -> list[Any]:
         raise
 
 
+async def await_all(refs: list[Any]) -> list[Any]:
+    """:func:`_get_all` for asyncio: the ranks' results, a rank's own RollyardError raised as
+    itself."""
+    import asyncio
+
+    from ray.exceptions import RayTaskError
+
+    try:
+        return list(await asyncio.gather(*refs))
+    except RayTaskError as exc:
+        if isinstance(exc.cause, RollyardError):
+            raise exc.cause from None
+        raise
+
+
 class TrainGroup:
     """Megatron policy trainer on Ray. Ray must be initialised by the caller."""
 
@@ -237,6 +252,48 @@ class TrainGroup:
         """The current policy's logprobs of each sample's response tokens."""
         items = [_to_item(s) for s in samples]
         return _get_all([a.logprobs.remote(items) for a in self._actors[: self.tp]])[0]
+
+    # In-memory weight sync: global rank 0 broadcasts to the engines (--weight-sync
+    # distributed; rollyard.run.weight_sync drives the engines' side).
+
+    def weight_sync_address(self) -> tuple[str, int]:
+        """Rank 0's node address and a free port there, for a weight-update rendezvous."""
+        import ray
+
+        return tuple(ray.get(self._actors[0].free_address.remote()))
+
+    def weight_sync_backend(self) -> str:
+        """``nccl`` when the ranks run on GPUs, else ``gloo``."""
+        import ray
+
+        return ray.get(self._actors[0].weight_sync_backend.remote())
+
+    def weight_specs(self) -> list:
+        """The :class:`rollyard.weight_transfer.TensorSpec` of every tensor a weight broadcast
+        sends (Hugging Face names, the checkpoint's dtype), in order."""
+        return _get_all([a.weight_sync_specs.remote() for a in self._actors])[0]
+
+    def open_weight_sync(self, master_address: str, master_port: int, world_size: int,
+                         group_name: str, backend: str, timeout_s: float,
+                         buckets: list) -> None:
+        """Rank 0 hosts the rendezvous and joins as rank 0; returns once all ``world_size``
+        ranks joined, raises within about ``timeout_s`` otherwise. Each broadcast over the
+        group sends ``buckets`` (lists of TensorSpecs, one broadcast each)."""
+        _get_all([self._actors[0].open_weight_sync.remote(
+            master_address, master_port, world_size, group_name, backend, timeout_s,
+            buckets)])
+
+    def broadcast_weights(self, group_name: str) -> None:
+        """Broadcast the current policy over the group (as its buckets)."""
+        _get_all(self.start_broadcast(group_name))
+
+    def start_broadcast(self, group_name: str) -> list[Any]:
+        """:meth:`broadcast_weights` without waiting: the ranks' Ray object refs (awaitable
+        in asyncio; :func:`rollyard.training.group.await_all` waits on them)."""
+        return [a.broadcast_weights.remote(group_name) for a in self._actors]
+
+    def close_weight_sync(self, group_name: str) -> None:
+        _get_all([self._actors[0].close_weight_sync.remote(group_name)])
 
     def export_hf(self, out_dir: str) -> str:
         """Write the current weights as a Hugging Face folder (config, safetensors, tokenizer)."""

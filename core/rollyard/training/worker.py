@@ -239,6 +239,42 @@ class MegatronWorker:
                     for row, item in enumerate(chunk)]
         return out
 
+    # In-memory weight sync (rollyard.training.weight_sync): rank 0 of the train group is
+    # rank 0 of a process group with every engine.
+
+    def weight_sync_specs(self) -> list | None:
+        """What a weight broadcast sends (rank 0; every rank must call this)."""
+        from rollyard.training.weight_sync import weight_specs
+
+        return weight_specs(self)
+
+    def weight_sync_backend(self) -> str:
+        from rollyard.training.weight_sync import backend_for
+
+        return backend_for(self.device)
+
+    def open_weight_sync(self, master_address: str, master_port: int, world_size: int,
+                         group_name: str, backend: str, timeout_s: float,
+                         buckets: list) -> None:
+        """Host the rendezvous of a weight-update group and join it as rank 0 (rank 0 only;
+        blocks until every engine joined); each broadcast will send ``buckets``."""
+        from rollyard.training.weight_sync import sender_of
+
+        sender_of(self).open(master_address=master_address, master_port=master_port,
+                             world_size=world_size, group_name=group_name, backend=backend,
+                             timeout_s=timeout_s, buckets=buckets)
+
+    def broadcast_weights(self, group_name: str) -> None:
+        """Broadcast the current policy to the group's engines; every rank must call this."""
+        from rollyard.training.weight_sync import sender_of
+
+        sender_of(self).send(self, group_name)
+
+    def close_weight_sync(self, group_name: str) -> None:
+        from rollyard.training.weight_sync import sender_of
+
+        sender_of(self).close(group_name)
+
     @torch.no_grad()
     def export_hf(self, out_dir: str) -> str | None:
         """Gather the tensor-parallel shards; global rank 0 writes the HF folder.

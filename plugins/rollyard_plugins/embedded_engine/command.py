@@ -55,7 +55,8 @@ def serve_from_args(args: SimpleNamespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, task.cancel)
         await serve(args.model, args.host, args.port, options.max_batch_size,
-                    options.weight_update_policy, options.threads)
+                    options.weight_update_policy, options.threads,
+                    options.weight_sync_timeout)
 
     try:
         asyncio.run(main())
@@ -75,7 +76,9 @@ class EngineCommand(Command):
         add_serve_arguments(actions.add_parser(
             "serve", help="serve a model over HTTP until interrupted",
             description="Serve SGLang's /generate, /health, /get_model_info, "
-                        "/update_weights_from_disk, /flush_cache and /abort_request."))
+                        "/update_weights_from_disk, the distributed weight update "
+                        "(/init_weights_update_group, /update_weights_from_distributed), "
+                        "/flush_cache and /abort_request."))
 
     def run(self, args: SimpleNamespace) -> int:
         return serve_from_args(args)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -121,6 +122,14 @@ class ModelRunner:
         last = backbone.norm(hidden[torch.arange(len(new_tokens)), lengths - 1])
         return self.model.lm_head(last)
 
+    @torch.inference_mode()
+    def copy_prefix(self, source: int, targets: list[int], length: int) -> None:
+        """Copy the keys and values of positions ``0 .. length-1`` of slot ``source`` into
+        the ``targets`` slots (a shared prompt, prefilled once)."""
+        index = torch.tensor(targets)
+        for store in self.cache.keys + self.cache.values:
+            store[index, :length] = store[source, :length]
+
     def load_weights(self, model_dir: str | pathlib.Path) -> None:
         """Replace the weights in place with the checkpoint in ``model_dir`` (same shapes).
 
@@ -140,20 +149,36 @@ class ModelRunner:
         state: dict[str, torch.Tensor] = {}
         for name in files:
             state.update(load_file(str(folder / name)))
+        self.load_tensors(state.items(), f"checkpoint {folder}", complete=True)
+        self.model_dir = str(folder)
+
+    def load_tensors(self, tensors: Iterable[tuple[str, torch.Tensor]], where: str,
+                     complete: bool = False) -> list[str]:
+        """Copy Hugging Face named tensors into the served model's parameters, in place.
+
+        Every name must be one of the model's and every shape must match; with ``complete``
+        every parameter must be given (a partial update, as one bucket of an in-memory sync
+        is, leaves the others unchanged). Checked before anything is written: raises
+        ValueError naming ``where`` and the offending tensors. Returns the names written.
+        """
+        state = dict(tensors)
         own = self.model.state_dict()
         unknown = sorted(set(state) - set(own))
-        absent = sorted(set(own) - set(state))
-        if self.config.tie_word_embeddings and "lm_head.weight" in absent:
-            absent.remove("lm_head.weight")
-        wrong = sorted(k for k in set(state) & set(own) if state[k].shape != own[k].shape)
+        wrong = sorted(f"{k} {tuple(state[k].shape)} (served {tuple(own[k].shape)})"
+                       for k in set(state) & set(own) if state[k].shape != own[k].shape)
+        absent: list[str] = []
+        if complete:
+            absent = sorted(set(own) - set(state))
+            if self.config.tie_word_embeddings and "lm_head.weight" in absent:
+                absent.remove("lm_head.weight")
         if unknown or absent or wrong:
-            raise ValueError(f"{folder}: checkpoint does not match the served model "
+            raise ValueError(f"{where} does not match the served model "
                              f"(unexpected {unknown[:5]}, missing {absent[:5]}, "
                              f"wrong shape {wrong[:5]})")
         with torch.no_grad():
             for key, tensor in state.items():
-                own[key].copy_(tensor.to(own[key].dtype))
-        self.model_dir = str(folder)
+                own[key].copy_(tensor)
+        return sorted(state)
 
 
 def _eos_ids(model_dir: str, config: Any) -> frozenset[int]:

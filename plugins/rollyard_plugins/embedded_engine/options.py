@@ -24,6 +24,10 @@ class EmbeddedOptions:
     # requests on 2 cores).
     threads: int = option(1, check=non_negative,
                           help="torch CPU threads per engine; 0 = torch's choice")
+    weight_sync_timeout: float = option(
+        120.0, check=positive,
+        help="seconds a weight-update process group may take to form, and one in-memory "
+             "weight broadcast to arrive, before the engine gives up on it")
     startup_timeout: float = option(120.0, check=positive,
                                     help="seconds to wait for the engine's /health")
     log_dir: str | None = option(None, metavar="DIR",
@@ -33,4 +37,5 @@ class EmbeddedOptions:
 
 
 #: The options the server process itself takes (``rollyard engine serve --threads 1 …``).
-SERVER_OPTIONS = ("max_batch_size", "weight_update_policy", "threads")
+SERVER_OPTIONS = ("max_batch_size", "weight_update_policy", "threads",
+                  "weight_sync_timeout")

@@ -116,8 +116,9 @@ def parse_sampling(params: Any) -> SamplingOptions:
     seed = params.get("sampling_seed")
     if seed is not None and not _is_int(seed):
         raise BadRequest(f"sampling_params.sampling_seed must be an integer, got {seed!r}")
-    if params.get("n", 1) not in (1, None):
-        raise BadRequest("sampling_params.n must be 1; send one request per sample")
+    n = params.get("n", 1)
+    if n is not None and (not _is_int(n) or n < 1):
+        raise BadRequest(f"sampling_params.n must be a positive integer, got {n!r}")
     return SamplingOptions(
         max_new_tokens=max_new, min_new_tokens=min_new, temperature=temperature, top_p=top_p,
         top_k=top_k, stop_token_ids=frozenset(stop_ids),
@@ -166,21 +167,51 @@ def parse_generate(body: Any, vocab_size: int, context_len: int,
     where = "input_ids" if "input_ids" in body else "text"
     prompts = [_check_ids(p, f"{where}[{b}]" if batch else where, vocab_size)
                for b, p in enumerate(prompts)]
-    options = parse_sampling(body.get("sampling_params"))
-    for b, prompt in enumerate(prompts):
-        total = len(prompt) + options.max_new_tokens
+    options, n = _batch_sampling(body.get("sampling_params"), len(prompts), batch)
+    for b, (prompt, option) in enumerate(zip(prompts, options)):
+        total = len(prompt) + option.max_new_tokens
         if total > context_len:
             name = f"{where}[{b}]" if batch else where
             raise BadRequest(
                 f"{name}: the prompt ({len(prompt)} tokens) plus sampling_params.max_new_tokens "
-                f"({options.max_new_tokens}) is {total} tokens, longer than the model's context "
+                f"({option.max_new_tokens}) is {total} tokens, longer than the model's context "
                 f"length ({context_len} tokens)")
+    if n > 1:  # SGLang's parallel sampling: n samples of each prompt, prompt after prompt
+        prompts = [p for p in prompts for _ in range(n)]
+        options = [o for o in options for _ in range(n)]
+        batch = True
     rid = body.get("rid")
     if rid is not None and not isinstance(rid, (str, list)):
         raise BadRequest(f"rid must be a string, got {rid!r}")
     rids = _rids(rid, len(prompts), batch)
     return_logprob = bool(body.get("return_logprob", False))
-    return [ParsedPrompt(r, p, options, return_logprob) for r, p in zip(rids, prompts)], batch
+    return [ParsedPrompt(r, p, o, return_logprob)
+            for r, p, o in zip(rids, prompts, options)], batch
+
+
+def _batch_sampling(params: Any, count: int,
+                    batch: bool) -> tuple[list[SamplingOptions], int]:
+    """One SamplingOptions per prompt and the parallel-sample count ``n``: ``sampling_params``
+    is one object for every prompt, or (a batch only) a list of one object per prompt, as in
+    SGLang; every object must then give the same ``n``."""
+    if not isinstance(params, list):
+        n = params.get("n", 1) if isinstance(params, dict) else 1
+        return [parse_sampling(params)] * count, n or 1
+    if not batch:
+        raise BadRequest("sampling_params must be an object for a single prompt (a list only "
+                         "goes with a batch of prompts)")
+    if len(params) != count:
+        raise BadRequest(f"sampling_params has {len(params)} entries for {count} prompts")
+    options = []
+    for i, entry in enumerate(params):
+        try:
+            options.append(parse_sampling(entry))
+        except BadRequest as exc:
+            raise BadRequest(f"sampling_params[{i}]: {exc}") from None
+    counts = {(entry.get("n", 1) or 1) for entry in params}
+    if len(counts) > 1:
+        raise BadRequest("sampling_params: every entry must give the same n")
+    return options, counts.pop()
 
 
 def _rids(rid: Any, count: int, batch: bool) -> list[str]:

@@ -48,6 +48,7 @@ class Sequence:
     slot: int = -1
     rng: random.Random = field(default_factory=random.Random)
     started: float = field(default_factory=time.monotonic)
+    prompt_key: tuple[int, ...] = ()
 
     @property
     def length(self) -> int:
@@ -55,11 +56,23 @@ class Sequence:
 
 
 @dataclass
+class _SharedPrompt:
+    """A prompt prefilled once: its next-token logits, and the running sequences whose slots
+    hold its keys and values (any of them is the source of a copy)."""
+
+    logits: torch.Tensor
+    holders: list[Sequence]
+
+
+@dataclass
 class _WeightUpdate:
+    #: The checkpoint folder, or (with ``tensors``) where the tensors came from.
     model_dir: str
     weight_version: str
     abort_running: bool
     done: Future
+    #: Named tensors received in memory (a distributed update); None loads ``model_dir``.
+    tensors: list[tuple[str, torch.Tensor]] | None = None
 
 
 class Scheduler:
@@ -84,6 +97,8 @@ class Scheduler:
         self.weight_version = weight_version
         self.weight_update_policy = weight_update_policy
         self._inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        #: Held by the scheduler thread while it changes its state or runs the model.
+        self._lock = threading.Lock()
         self._waiting: list[Sequence] = []
         self._running: list[Sequence] = []
         self._free_slots = list(range(max_batch_size))  # a heap: the lowest free slot first
@@ -91,11 +106,13 @@ class Scheduler:
         #: Bumped whenever the running batch changes; keys the cached sampling tensors.
         self._batch_generation = 0
         self._decode_options: tuple[int, BatchOptions] | None = None
+        #: Prompts whose keys and values sit in a running sequence's slot, for sharing.
+        self._prompts: dict[tuple[int, ...], _SharedPrompt] = {}
         self._thread = threading.Thread(target=self._main, name="engine-scheduler", daemon=True)
         self._stopped = False
         #: Counters since start, shown by /get_server_info (how well requests were batched).
-        self.stats = {"decode_steps": 0, "prefill_passes": 0, "generated_tokens": 0,
-                      "max_running": 0}
+        self.stats = {"decode_steps": 0, "prefill_passes": 0, "shared_prefills": 0,
+                      "generated_tokens": 0, "max_running": 0}
 
     # ------------------------------------------------------------------ other threads
 
@@ -113,10 +130,12 @@ class Scheduler:
         self._inbox.put(("stop", None))
         self._thread.join(timeout=30)
 
-    def submit(self, seq: Sequence) -> None:
-        if seq.options.seed is not None:
-            seq.rng = random.Random(seq.options.seed)
-        self._inbox.put(("generate", seq))
+    def submit(self, *seqs: Sequence) -> None:
+        """Queue sequences; those submitted together are admitted together (as slots allow)."""
+        for seq in seqs:
+            if seq.options.seed is not None:
+                seq.rng = random.Random(seq.options.seed)
+        self._inbox.put(("generate", list(seqs)))
 
     def abort(self, rid: str | None) -> None:
         """Abort request ``rid``, or every request when ``rid`` is None."""
@@ -129,6 +148,26 @@ class Scheduler:
             abort_running = self.weight_update_policy == "abort"
         done: Future = Future()
         self._inbox.put(("update", _WeightUpdate(model_dir, weight_version, abort_running, done)))
+        return done
+
+    def load_tensors(self, tensors: list[tuple[str, torch.Tensor]], source: str,
+                     weight_version: str, abort_running: bool | None = None) -> Future:
+        """Copy received tensors into the model between steps, under the same policy as
+        :meth:`update_weights`; the future resolves to (success, message)."""
+        if abort_running is None:
+            abort_running = self.weight_update_policy == "abort"
+        done: Future = Future()
+        update = _WeightUpdate(source, weight_version, abort_running, done, tensors)
+        # An idle engine copies them at once, on the caller's thread, instead of waking the
+        # scheduler thread and waiting for it (what an in-memory update mostly costs).
+        if self._lock.acquire(blocking=False):
+            try:
+                if self.runner is not None and not (self._running or self._updates):
+                    self._load(update)
+                    return done
+            finally:
+                self._lock.release()
+        self._inbox.put(("update", update))
         return done
 
     @property
@@ -152,33 +191,37 @@ class Scheduler:
     def _loop(self) -> None:
         while not self._stopped:
             idle = not (self._running or self._waiting or self._updates)
-            self._drain_inbox(block=idle)
-            try:
-                self._step()
-            except Exception as exc:  # a bug or a bad checkpoint must not hang clients
-                log.exception("engine step failed")
-                for seq in self._running + self._waiting:
-                    self._finish(seq, {"type": "abort", "message": f"engine error: {exc}",
-                                       "status_code": 500, "err_type": "InternalServerError"})
-                self._waiting.clear()
+            items = self._drain_inbox(block=idle)
+            with self._lock:
+                for item in items:
+                    self._handle(*item)
+                try:
+                    self._step()
+                except Exception as exc:  # a bug or a bad checkpoint must not hang clients
+                    log.exception("engine step failed")
+                    for seq in self._running + self._waiting:
+                        self._finish(seq, {"type": "abort", "message": f"engine error: {exc}",
+                                           "status_code": 500,
+                                           "err_type": "InternalServerError"})
+                    self._waiting.clear()
         for seq in self._running + self._waiting:
             self._finish(seq, {"type": "abort", "message": "engine shutting down"})
 
-    def _drain_inbox(self, block: bool) -> None:
+    def _drain_inbox(self, block: bool) -> list[tuple[str, Any]]:
+        """Everything in the inbox (waiting up to 0.5 s for something when ``block``)."""
         try:
-            item = self._inbox.get(timeout=0.5) if block else self._inbox.get_nowait()
+            items = [self._inbox.get(timeout=0.5) if block else self._inbox.get_nowait()]
         except queue.Empty:
-            return
+            return []
         while True:
-            self._handle(*item)
             try:
-                item = self._inbox.get_nowait()
+                items.append(self._inbox.get_nowait())
             except queue.Empty:
-                return
+                return items
 
     def _handle(self, kind: str, payload: Any) -> None:
         if kind == "generate":
-            self._waiting.append(payload)
+            self._waiting.extend(payload)
         elif kind == "abort":
             for seq in [s for s in self._running + self._waiting
                         if payload is None or s.rid == payload]:
@@ -206,8 +249,15 @@ class Scheduler:
         if self._running:
             return  # policy "wait": let them finish on the old weights first
         self._updates.pop(0)
+        self._load(update)
+
+    def _load(self, update: _WeightUpdate) -> None:
+        self._prompts.clear()  # keys and values of the old weights
         try:
-            self.runner.load_weights(update.model_dir)
+            if update.tensors is not None:
+                self.runner.load_tensors(update.tensors, update.model_dir)
+            else:
+                self.runner.load_weights(update.model_dir)
         except Exception as exc:
             update.done.set_result((False, f"failed to load weights: {exc}"))
             return
@@ -217,24 +267,48 @@ class Scheduler:
                                       f"{update.weight_version})."))
 
     def _admit(self) -> None:
+        """Start waiting sequences in free slots. A prompt is prefilled once: sequences with
+        the same prompt as one started in this pass or still running (a group's samples)
+        get a copy of its keys and values and its next-token logits instead."""
         batch: list[Sequence] = []
+        fresh: dict[tuple[int, ...], Sequence] = {}
         tokens = 0
         while self._waiting and len(batch) < len(self._free_slots):
             seq = self._waiting[0]
-            if batch and tokens + len(seq.prompt) > PREFILL_TOKEN_BUDGET:
+            key = tuple(seq.prompt)
+            shared = key in fresh or key in self._prompts
+            if batch and not shared and tokens + len(seq.prompt) > PREFILL_TOKEN_BUDGET:
                 break
             batch.append(self._waiting.pop(0))
-            tokens += len(seq.prompt)
+            seq.prompt_key = key
+            if not shared:
+                fresh[key] = seq
+                tokens += len(seq.prompt)
         if not batch:
             return
         for seq in batch:
             seq.slot = heapq.heappop(self._free_slots)
             seq.weight_version = self.weight_version
-        logits = self.runner.forward([s.prompt for s in batch], [0] * len(batch),
-                                     [s.slot for s in batch])
+        if fresh:
+            prefill = list(fresh.values())
+            logits = self.runner.forward([s.prompt for s in prefill], [0] * len(prefill),
+                                         [s.slot for s in prefill])
+            self.stats["prefill_passes"] += 1
+            for seq, row in zip(prefill, logits):
+                self._prompts[seq.prompt_key] = _SharedPrompt(row, [seq])
+        copies: dict[tuple[int, ...], list[Sequence]] = {}
+        for seq in batch:
+            if fresh.get(seq.prompt_key) is not seq:
+                copies.setdefault(seq.prompt_key, []).append(seq)
+        for key, targets in copies.items():
+            shared = self._prompts[key]
+            self.runner.copy_prefix(shared.holders[0].slot, [s.slot for s in targets],
+                                    len(key))
+            shared.holders.extend(targets)
+            self.stats["shared_prefills"] += len(targets)
+        logits = torch.stack([self._prompts[s.prompt_key].logits for s in batch])
         self._running.extend(batch)
         self._batch_generation += 1
-        self.stats["prefill_passes"] += 1
         self.stats["max_running"] = max(self.stats["max_running"], len(self._running))
         self._append(batch, logits, self._batch_options(batch))
 
@@ -290,6 +364,11 @@ class Scheduler:
             self._running.remove(seq)
             self._batch_generation += 1
             heapq.heappush(self._free_slots, seq.slot)
+            shared = self._prompts.get(seq.prompt_key)
+            if shared is not None:
+                shared.holders = [s for s in shared.holders if s is not seq]
+                if not shared.holders:
+                    del self._prompts[seq.prompt_key]
         try:
             seq.on_done(seq)
         except Exception:

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from aiohttp import web
+from rollyard.weight_transfer import specs_from_body
 
 from rollyard_plugins.embedded_engine.model_runner import ModelRunner
 from rollyard_plugins.embedded_engine.options import EmbeddedOptions
@@ -24,6 +25,11 @@ from rollyard_plugins.embedded_engine.protocol import (
     parse_generate,
 )
 from rollyard_plugins.embedded_engine.scheduler import Scheduler, Sequence
+from rollyard_plugins.embedded_engine.weight_update import (
+    GroupError,
+    WeightUpdateGroups,
+    in_daemon_thread,
+)
 
 log = logging.getLogger("rollyard.embedded_engine")
 
@@ -37,7 +43,8 @@ class EngineServer:
 
     def __init__(self, model_dir: str, max_batch_size: int = EmbeddedOptions.max_batch_size,
                  weight_update_policy: str = "wait",
-                 threads: int = EmbeddedOptions.threads) -> None:
+                 threads: int = EmbeddedOptions.threads,
+                 weight_sync_timeout: float = EmbeddedOptions.weight_sync_timeout) -> None:
         from transformers import AutoTokenizer
 
         self.model_dir = str(pathlib.Path(model_dir).resolve())
@@ -46,6 +53,8 @@ class EngineServer:
                                    max_batch_size, weight_update_policy=weight_update_policy,
                                    threads=threads)
         self.runner = self.scheduler.start()
+        self.groups = WeightUpdateGroups(weight_sync_timeout)
+        self._update_session = False
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024**2)
@@ -56,6 +65,11 @@ class EngineServer:
             web.get("/get_server_info", self.server_info),
             web.get("/get_weight_version", self.weight_version),
             web.post("/update_weights_from_disk", self.update_weights_from_disk),
+            web.post("/init_weights_update_group", self.init_weights_update_group),
+            web.post("/destroy_weights_update_group", self.destroy_weights_update_group),
+            web.post("/update_weights_from_distributed", self.update_weights_from_distributed),
+            web.post("/begin_weight_update", self.begin_weight_update),
+            web.post("/end_weight_update", self.end_weight_update),
             web.route("*", "/flush_cache", self.flush_cache),
             web.post("/abort_request", self.abort_request),
         ])
@@ -64,6 +78,7 @@ class EngineServer:
 
     async def _stop(self, app: web.Application) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self.scheduler.stop)
+        self.groups.close()
 
     # ------------------------------------------------------------------ endpoints
 
@@ -77,18 +92,26 @@ class EngineServer:
                                             self._tokenize)
         except BadRequest as exc:
             return _error(str(exc))
-        results = await asyncio.gather(*(self._run(p) for p in prompts))
+        loop = asyncio.get_running_loop()
+        started = [self._sequence(p, loop) for p in prompts]
+        # a batch reaches the scheduler whole, so a shared prompt is prefilled once
+        self.scheduler.submit(*(seq for seq, _ in started))
+        results = await asyncio.gather(*(self._answer(p, seq, done)
+                                         for p, (seq, done) in zip(prompts, started)))
         return web.json_response(results if batch else results[0])
 
-    async def _run(self, prompt: ParsedPrompt) -> dict[str, Any]:
-        loop = asyncio.get_running_loop()
+    @staticmethod
+    def _sequence(prompt: ParsedPrompt, loop: asyncio.AbstractEventLoop,
+                  ) -> tuple[Sequence, asyncio.Future[Sequence]]:
         done: asyncio.Future[Sequence] = loop.create_future()
 
         def on_done(seq: Sequence) -> None:
             loop.call_soon_threadsafe(lambda: done.done() or done.set_result(seq))
 
-        seq = Sequence(prompt.rid, prompt.input_ids, prompt.options, on_done)
-        self.scheduler.submit(seq)
+        return Sequence(prompt.rid, prompt.input_ids, prompt.options, on_done), done
+
+    async def _answer(self, prompt: ParsedPrompt, seq: Sequence,
+                      done: asyncio.Future[Sequence]) -> dict[str, Any]:
         try:
             await asyncio.shield(done)
         except asyncio.CancelledError:  # the client went away: free its slot
@@ -114,6 +137,9 @@ class EngineServer:
             "model_path": self.runner.model_dir, "context_length": self.runner.context_len,
             "vocab_size": self.runner.vocab_size,
             "weight_update_policy": self.scheduler.weight_update_policy,
+            # one rank in a weight-update group; /update_weights_from_distributed works
+            # without SGLang 0.5.23's /begin_weight_update ... /end_weight_update session
+            "tp_size": 1, "weight_update_session_required": False,
             "weight_version": self.scheduler.weight_version, **self.scheduler.load,
             **self.scheduler.stats})
 
@@ -141,6 +167,99 @@ class EngineServer:
         return web.json_response(
             {"success": success, "message": message, "num_paused_requests": 0},
             status=200 if success else 400)
+
+    # ------------------------------------------------------------------ distributed update
+
+    async def init_weights_update_group(self, request: web.Request) -> web.Response:
+        """Join the trainer's weight-update group (blocks until it forms or times out)."""
+        try:
+            body = await request.json()
+            message = await asyncio.wrap_future(
+                in_daemon_thread(lambda: self.groups.init(body), "weight-group-join"))
+        except json.JSONDecodeError as exc:
+            return _error(f"the request body is not valid JSON: {exc}")
+        except GroupError as exc:
+            return web.json_response({"success": False, "message": str(exc)}, status=400)
+        return web.json_response({"success": True, "message": message})
+
+    async def destroy_weights_update_group(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json() if request.can_read_body else {}
+        except json.JSONDecodeError as exc:
+            return _error(f"the request body is not valid JSON: {exc}")
+        name = body.get("group_name", "weight_update_group") if isinstance(body, dict) else None
+        if not isinstance(name, str):
+            return _error(f"group_name must be a string, got {name!r}")
+        try:
+            await asyncio.to_thread(self.groups.destroy, name)
+        except GroupError as exc:
+            return web.json_response({"success": False, "message": str(exc)}, status=400)
+        return web.json_response({"success": True,
+                                  "message": "Succeeded to destroy custom process group."})
+
+    async def update_weights_from_distributed(self, request: web.Request) -> web.Response:
+        """Receive the announced tensors from the group's rank 0 and serve them.
+
+        SGLang 0.5.23 wants the call inside /begin_weight_update ... /end_weight_update; the
+        embedded engine accepts it either way.
+        """
+        def failed(message: str) -> web.Response:
+            return web.json_response({"success": False, "message": message}, status=400)
+
+        try:
+            body = await request.json()
+        except json.JSONDecodeError as exc:
+            return _error(f"the request body is not valid JSON: {exc}")
+        try:
+            specs, load_format = specs_from_body(body)
+        except ValueError as exc:
+            return _error(str(exc))
+        name = body.get("group_name", "weight_update_group")
+        version = body.get("weight_version")
+        if version is not None and not isinstance(version, (str, int)):
+            return _error(f"weight_version must be a string, got {version!r}")
+        abort = body.get("abort_all_requests", False)
+        if not isinstance(abort, bool) or not isinstance(body.get("flush_cache", True), bool):
+            return _error("abort_all_requests and flush_cache must be true or false")
+        if abort:
+            self.scheduler.abort(None)
+
+        def apply(received: list) -> tuple[bool, str]:
+            # on the receive thread, straight after the broadcast: no hop through the loop
+            future = self.scheduler.load_tensors(
+                received, f"update from group {name!r}",
+                self.scheduler.weight_version if version is None else str(version),
+                abort_running=abort or None)
+            return future.result()
+
+        try:
+            success, message = await asyncio.wrap_future(
+                self.groups.receive(specs, name, load_format, then=apply))
+        except GroupError as exc:
+            return failed(str(exc))
+        except Exception as exc:  # the broadcast failed or timed out
+            return failed(f"Failed to receive weights: {type(exc).__name__}: {exc}")
+        if not success:
+            return failed(message)
+        message = "Succeeded to update parameter online."
+        if version is not None:
+            message += f" Weight version updated to {version}."
+        return web.json_response({"success": True, "message": message})
+
+    async def begin_weight_update(self, request: web.Request) -> web.Response:
+        if self._update_session:
+            return web.json_response({"success": False, "message": "a weight-update session "
+                                      "is already open; call end_weight_update() first"},
+                                     status=400)
+        self._update_session = True
+        return web.json_response({"success": True, "message": "Success"})
+
+    async def end_weight_update(self, request: web.Request) -> web.Response:
+        if not self._update_session:
+            return web.json_response({"success": False, "message": "no weight-update session "
+                                      "is open; call begin_weight_update() first"}, status=400)
+        self._update_session = False
+        return web.json_response({"success": True, "message": "Success"})
 
     async def flush_cache(self, request: web.Request) -> web.Response:
         return web.Response(text="Cache flushed.\n")
@@ -175,9 +294,11 @@ class EngineServer:
 async def serve(model_dir: str, host: str, port: int,
                 max_batch_size: int = EmbeddedOptions.max_batch_size,
                 weight_update_policy: str = "wait",
-                threads: int = EmbeddedOptions.threads) -> None:
+                threads: int = EmbeddedOptions.threads,
+                weight_sync_timeout: float = EmbeddedOptions.weight_sync_timeout) -> None:
     """Load the model, then serve until cancelled. Prints one ``ready`` line when listening."""
-    server = EngineServer(model_dir, max_batch_size, weight_update_policy, threads)
+    server = EngineServer(model_dir, max_batch_size, weight_update_policy, threads,
+                          weight_sync_timeout)
     # handler_cancellation: a client that hangs up (e.g. a transport timeout) frees its slot.
     runner = web.AppRunner(server.app(), access_log=None, handler_cancellation=True)
     await runner.setup()

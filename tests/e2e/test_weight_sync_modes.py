@@ -1,0 +1,33 @@
+"""``rollyard train --weight-sync disk|distributed``: both keep the engines on the trainer's
+weights step after step, and every step reports where its time went."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["distributed", "disk"])
+def test_three_steps_with_each_weight_sync(tmp_path, mode):
+    result = subprocess.run(
+        [sys.executable, "-m", "rollyard.cli", "train", "--steps", "3", "--weight-sync", mode,
+         "--groups-per-step", "2", "--group-size", "4", "--max-new-tokens", "8",
+         "--keep-zero-variance-groups", "--no-progress", "--name", mode,
+         "--runs-dir", str(tmp_path / "runs")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run_dir = tmp_path / "runs" / mode
+    assert json.loads((run_dir / "config.json").read_text())["weight_sync"] == mode
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows] == [1, 2, 3]
+    assert [row["weight_version"] for row in rows] == [1, 2, 3]
+    for row in rows:
+        for key in ("time/rollout_s", "time/train_s", "time/weight_sync_s"):
+            assert 0 < row[key] < row["time/step_s"], key
+    samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    # every sample was generated with the weights of the step before its own
+    assert all(s["weight_version"] == s["step"] - 1 for s in samples)
+    exported = sorted(p.name for p in (run_dir / "weights").glob("step-*"))
+    assert exported == ([] if mode == "distributed" else ["step-00002", "step-00003"])

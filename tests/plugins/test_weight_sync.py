@@ -1,0 +1,242 @@
+"""``--weight-sync distributed`` against the embedded engine: the run's side of the protocol
+(:class:`rollyard.run.weight_sync.DistributedWeightSync`) with the trainer's rank 0 played by
+this process, and the faults: an engine that dies during an update, a group that cannot form.
+The engine's side of each endpoint is pinned by the transport contract suite."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+import shutil
+import socket
+import threading
+import time
+
+import pytest
+from rollyard import GenerateRequest, SamplingParams, TransportError
+from rollyard.run.engines import EngineFleet
+from rollyard.run.weight_sync import DiskWeightSync, DistributedWeightSync
+from rollyard_plugins.embedded_engine.launcher import EmbeddedEngine
+from rollyard_plugins.sglang_transport import SGLangTransport
+
+PROMPT = [1, 282, 201, 398, 428, 347, 485, 2, 201, 1, 280, 201]
+
+
+class InProcessTrainer:
+    """A train group's weight-sync face, in this process: it "trains" by switching to the
+    next model folder, broadcasts that folder's tensors as rank 0 and exports it on request."""
+
+    def __init__(self, *model_dirs: pathlib.Path) -> None:
+        self.model_dirs = list(model_dirs)
+        self.current = self.model_dirs[0]
+        self.groups: dict[str, tuple] = {}
+        #: Set to make the next broadcast wait for it (a test kills an engine meanwhile).
+        self.hold: threading.Event | None = None
+        self.exports: list[str] = []
+
+    def train(self, index: int) -> None:
+        self.current = self.model_dirs[index]
+
+    def state(self) -> dict:
+        from safetensors.torch import load_file
+
+        return load_file(str(self.current / "model.safetensors"))
+
+    def weight_specs(self) -> list:
+        from rollyard.weight_transfer import TensorSpec, dtype_name
+
+        return [TensorSpec(name, dtype_name(t.dtype), tuple(t.shape))
+                for name, t in self.state().items()]
+
+    def weight_sync_address(self) -> tuple[str, int]:
+        from rollyard_plugins.embedded_engine.process import free_port
+
+        return "127.0.0.1", free_port()
+
+    def weight_sync_backend(self) -> str:
+        return "gloo"
+
+    def open_weight_sync(self, address, port, world_size, name, backend, timeout_s,
+                         buckets) -> None:
+        from rollyard.weight_transfer import init_process_group
+
+        pg = init_process_group(backend=backend, master_address=address, master_port=port,
+                                world_size=world_size, rank=0, group_name=name,
+                                timeout_s=timeout_s)
+        self.groups[name] = (pg, buckets)
+
+    def broadcast_weights(self, name: str) -> None:
+        import torch.distributed as dist
+        from rollyard.weight_transfer import pack
+
+        if self.hold is not None:
+            self.hold.wait(30)
+            self.hold = None
+        pg, buckets = self.groups[name]
+        state = self.state()
+        for bucket in buckets:
+            dist.broadcast(pack([state[s.name] for s in bucket]), group_src=0, group=pg)
+
+    def close_weight_sync(self, name: str) -> None:
+        from rollyard.weight_transfer import destroy_process_group
+
+        entry = self.groups.pop(name, None)
+        if entry is not None:
+            destroy_process_group(entry[0])
+
+    def export_hf(self, out_dir: str) -> str:
+        shutil.rmtree(out_dir, ignore_errors=True)
+        shutil.copytree(self.current, out_dir)
+        self.exports.append(out_dir)
+        return out_dir
+
+
+@pytest.fixture
+def fleet(tiny_model_dir, tmp_path):
+    engine = EmbeddedEngine({"log_dir": str(tmp_path / "logs"), "weight_sync_timeout": 10})
+    with EngineFleet(engine, str(tiny_model_dir), 1) as fleet:
+        fleet.start()
+        yield fleet
+
+
+async def _served_logprobs(transport, teacher_forced, model_dir) -> tuple:
+    result = await transport.generate(GenerateRequest(PROMPT, SamplingParams(max_new_tokens=6,
+                                                                            seed=3)))
+    expected = teacher_forced(model_dir, PROMPT, result.output_ids, 1.0)
+    return result, expected
+
+
+def test_each_push_serves_the_trainers_weights_without_touching_the_disk(
+        fleet, tiny_model_dir, other_model_dir, teacher_forced, tmp_path) -> None:
+    trainer = InProcessTrainer(tiny_model_dir, other_model_dir)
+    sync = DistributedWeightSync(tmp_path / "run", fleet, trainer, timeout_s=20)
+
+    async def go() -> list:
+        transport = SGLangTransport(fleet.urls)
+        served = []
+        try:
+            for version, index in ((1, 1), (2, 0), (3, 1)):
+                trainer.train(index)
+                assert await sync.push(transport, version) == 0
+                result, expected = await _served_logprobs(transport, teacher_forced,
+                                                          trainer.current)
+                served.append((result.weight_version, result.logprobs, expected,
+                               await transport.weight_versions()))
+        finally:
+            await sync.close(transport)
+            await transport.close()
+        return served
+
+    for version, (served_version, logprobs, expected, versions) in enumerate(asyncio.run(go()),
+                                                                             start=1):
+        assert served_version == version
+        assert versions == {fleet.urls[0]: version}
+        assert logprobs == pytest.approx(expected, abs=1e-4)
+    assert trainer.exports == []  # nothing was written
+    assert sync.current_weights_dir is None
+
+
+def test_an_engine_that_dies_during_an_update_is_relaunched_with_the_weights_from_disk(
+        fleet, tiny_model_dir, other_model_dir, teacher_forced, tmp_path) -> None:
+    trainer = InProcessTrainer(tiny_model_dir, other_model_dir)
+    sync = DistributedWeightSync(tmp_path / "run", fleet, trainer, timeout_s=10)
+    url = fleet.urls[0]
+
+    async def go() -> tuple:
+        transport = SGLangTransport(fleet.urls)
+        try:
+            await sync.push(transport, 1)  # the group forms
+            trainer.train(1)
+            trainer.hold = threading.Event()
+            push = asyncio.ensure_future(sync.push(transport, 2))
+            await asyncio.sleep(0.5)  # the engine is waiting for the broadcast
+            fleet.handles[0].process.kill()
+            fleet.handles[0].process.wait()
+            trainer.hold.set()
+            restarted = await push
+            after = await _served_logprobs(transport, teacher_forced, other_model_dir)
+            trainer.train(0)
+            again = await sync.push(transport, 3)  # a new group, with the new engine
+            final = await _served_logprobs(transport, teacher_forced, tiny_model_dir)
+            return restarted, after, again, final, await transport.weight_versions()
+        finally:
+            await sync.close(transport)
+            await transport.close()
+
+    started = time.monotonic()
+    restarted, (after, expected), again, (final, expected_final), versions = asyncio.run(go())
+    assert restarted == 1
+    assert len(trainer.exports) == 1 and trainer.exports[0].endswith("step-00002")
+    assert after.weight_version == 2
+    assert after.logprobs == pytest.approx(expected, abs=1e-4)
+    assert again == 0
+    assert final.weight_version == 3 and versions == {url: 3}
+    assert final.logprobs == pytest.approx(expected_final, abs=1e-4)
+    assert time.monotonic() - started < 120
+
+
+def test_a_group_whose_port_is_taken_fails_naming_the_engine(fleet, tiny_model_dir,
+                                                              tmp_path) -> None:
+    sync = DistributedWeightSync(tmp_path / "run", fleet, InProcessTrainer(tiny_model_dir),
+                                 timeout_s=5)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+
+        async def go() -> None:
+            transport = SGLangTransport(fleet.urls)
+            try:
+                await sync.connect(transport, port=taken.getsockname()[1])
+            finally:
+                await transport.close()
+
+        started = time.monotonic()
+        with pytest.raises(TransportError, match=fleet.urls[0]) as caught:
+            asyncio.run(go())
+    assert "did not form" in str(caught.value)
+    assert time.monotonic() - started < 30
+
+
+def test_a_group_of_the_wrong_world_size_fails_naming_the_engine(fleet, tiny_model_dir,
+                                                                 tmp_path) -> None:
+    sync = DistributedWeightSync(tmp_path / "run", fleet, InProcessTrainer(tiny_model_dir),
+                                 timeout_s=3)
+
+    async def go() -> None:
+        transport = SGLangTransport(fleet.urls)
+
+        async def two_ranks() -> dict[str, int]:  # as if the engine were tensor-parallel 2
+            return {url: 2 for url in transport.urls}
+
+        transport.weight_group_ranks = two_ranks
+        try:
+            await sync.connect(transport)
+        finally:
+            await transport.close()
+
+    started = time.monotonic()
+    with pytest.raises(TransportError, match=fleet.urls[0]) as caught:
+        asyncio.run(go())
+    assert "3 ranks" in str(caught.value)
+    assert time.monotonic() - started < 30
+
+
+def test_disk_sync_keeps_the_last_two_exports(fleet, tiny_model_dir, other_model_dir,
+                                              tmp_path) -> None:
+    trainer = InProcessTrainer(tiny_model_dir, other_model_dir)
+    sync = DiskWeightSync(tmp_path / "run", fleet, trainer)
+
+    async def go() -> dict:
+        transport = SGLangTransport(fleet.urls)
+        try:
+            for version in (1, 2, 3):
+                trainer.train(version % 2)
+                await sync.push(transport, version)
+            return await transport.weight_versions()
+        finally:
+            await transport.close()
+
+    assert asyncio.run(go()) == {fleet.urls[0]: 3}
+    assert sorted(p.name for p in (tmp_path / "run" / "weights").iterdir()) == [
+        "step-00002", "step-00003"]
+    assert sync.current_weights_dir.endswith("step-00003")
