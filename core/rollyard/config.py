@@ -112,7 +112,6 @@ class RunConfig:
              "trainer's rank 0 over a process group with every engine (distributed: gloo on "
              "CPU, NCCL on GPU) or a Hugging Face folder each engine loads (disk)")
 
-
     train_tp: int = option(1, group=TRAINING, check=positive, help="tensor-parallel size")
     train_dp: int = option(1, group=TRAINING, check=positive, help="data-parallel size")
     num_cpus: int | None = option(None, group=TRAINING, check=positive,
