@@ -82,8 +82,14 @@ def cmd_plugins(args: argparse.Namespace, manager: PluginManager) -> int:
 
 def cmd_train(flags: TrainFlags, args: argparse.Namespace, manager: PluginManager) -> int:
     from rollyard.run.driver import run_training
+    from rollyard.run.signals import RunStopped
 
-    run_training(flags.config(vars(args), args.argv), manager, flags.defaults())
+    try:
+        run_training(flags.config(vars(args), args.argv), manager, flags.defaults(),
+                     resume=args.resume)
+    except RunStopped as stopped:  # SIGINT/SIGTERM: saved, everything stopped; say where
+        Console(stderr=True).print(escape(str(stopped)), highlight=False)
+        return stopped.exit_code
     return 0
 
 

@@ -59,7 +59,8 @@ class RunConfig:
     name: str | None = option(None, group=RUN, help="run name (default: <rollout>-<timestamp>)")
     runs_dir: str = option("runs", group=RUN, help="folder holding run folders")
     steps: int = option(150, group=RUN, check=positive, help="training steps")
-    seed: int = option(0, group=RUN, help="seed of task order, plugins and the tiny model")
+    seed: int = option(0, group=RUN, help="seed of task order, plugins, sampling, the trainer "
+                                          "and the tiny model")
     failure_threshold: float = option(
         0.5, group=RUN, check=between(0.0, 1.0),
         help="stop when more than this share of a step's samples failed or aborted")
@@ -68,10 +69,9 @@ class RunConfig:
     save_interval: int = option(0, group=RUN, check=non_negative, metavar="N",
                                 help="save a checkpoint every N steps (0: only at the end, and "
                                      "when a signal or --max-seconds stops the run)")
-    max_seconds: float | None = option(None, group=RUN, check=positive, metavar="S",
-                                       help="stop after the step that passes S seconds of "
-                                            "training in this process, save and exit 0 "
-                                            "(default: no limit)")
+    max_seconds: float = option(0.0, group=RUN, check=non_negative, metavar="S",
+                                help="stop after the step that passes S seconds of training in "
+                                     "this process, save and exit 0 (0: no limit)")
 
     rollout_plugin: str = option("toy", group=ROLLOUT, metavar="NAME",
                                  help="the environment to train on (see `rollyard plugins`)")

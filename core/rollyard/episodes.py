@@ -8,6 +8,7 @@ from typing import Any
 
 from rollyard.errors import EngineAborted, TransportError
 from rollyard.interfaces import RolloutContext
+from rollyard.seeding import group_seed, request_seed
 from rollyard.types import (
     GenerateRequest,
     GenerateResult,
@@ -36,7 +37,8 @@ def _sampling_for(context: RolloutContext, index: int) -> SamplingParams:
     eos = getattr(context.tokenizer, "eos_token_id", None)
     if eos is not None and eos not in stop:
         stop.append(eos)
-    seed = None if sampling.seed is None else sampling.seed + index
+    # a seed the rollout set itself wins; else the run's per-group seed (rollyard.seeding)
+    seed = request_seed(index) if sampling.seed is None else sampling.seed + index
     return replace(sampling, stop_token_ids=stop, seed=seed)
 
 
@@ -48,7 +50,8 @@ async def sample_single_turn(context: RolloutContext, task: Task, n: int) -> lis
     makes that sample ``aborted``; a transport error makes it ``failed``; both keep the reason.
     """
     prompt_ids = render_prompt(context.tokenizer, task.prompt)
-    group_id = f"{task.id}/{uuid.uuid4().hex[:8]}"
+    seed = group_seed()  # names the group reproducibly when the run seeds it
+    group_id = f"{task.id}/{uuid.uuid4().hex[:8] if seed is None else f'{seed:08x}'}"
 
     def one(result: GenerateResult | TransportError) -> Sample:
         if isinstance(result, TransportError):  # EngineAborted included

@@ -99,8 +99,12 @@ def add_options(group: PluginOptionGroup) -> None:
 
 
 @hookspec
-def on_run_start(config: dict[str, Any], run_dir: str) -> None:
-    """Called once before the first step with the resolved config and the run folder."""
+def on_run_start(config: dict[str, Any], run_dir: str, resumed_step: int) -> None:
+    """Called once before the first step with the resolved config and the run folder.
+
+    ``resumed_step`` is the step of the checkpoint a resumed run (``--resume``) continues
+    from, 0 for a new run; a logger keeps what it recorded up to that step and drops the rest.
+    """
 
 
 @hookspec
@@ -115,4 +119,5 @@ def on_step_end(step: int, metrics: dict[str, float]) -> None:
 
 @hookspec
 def on_run_end(run_dir: str, status: str, error: str | None) -> None:
-    """Called once when the run ends; ``status`` is ``completed`` or ``failed``."""
+    """Called once when the run ends; ``status`` is ``completed``, ``failed`` (``error`` says
+    why) or ``interrupted`` (SIGINT or SIGTERM stopped it after saving a checkpoint)."""

@@ -221,6 +221,18 @@ class Rollout(Configurable, ABC):
         """Environment metrics accumulated since the last call (then reset)."""
         return {}
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs to go on where this rollout stopped; saved with every
+        checkpoint. The default keeps the state of ``context.rng``. A rollout that keeps more
+        between groups (a curriculum, a replay buffer) overrides this and
+        :meth:`load_state_dict`, extending the dict of ``super()``. Values must pickle."""
+        return {"rng": self.context.rng.getstate()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned, on the rollout built for a resumed run."""
+        if "rng" in state:
+            self.context.rng.setstate(state["rng"])
+
 
 @dataclass
 class RewardContext:

@@ -263,8 +263,8 @@ class HookFacade:
                 group=groups[name])
         return groups
 
-    def on_run_start(self, config: dict[str, Any], run_dir: str) -> None:
-        self._pm.hook.on_run_start(config=config, run_dir=run_dir)
+    def on_run_start(self, config: dict[str, Any], run_dir: str, resumed_step: int = 0) -> None:
+        self._pm.hook.on_run_start(config=config, run_dir=run_dir, resumed_step=resumed_step)
 
     def on_samples(self, step: int, samples: list[Any]) -> None:
         self._pm.hook.on_samples(step=step, samples=samples)

@@ -21,6 +21,10 @@ class TrainFlags:
         self.parser = parser
         parser.add_argument("--config", metavar="TOML", default=None,
                             help="read options from a run.toml; flags win (default: none)")
+        parser.add_argument("--resume", metavar="RUN_DIR", default=None,
+                            help="continue the run in RUN_DIR from its newest checkpoint, with "
+                                 "its config.json; flags may change only how long it goes on, "
+                                 "where it runs and what it prints (default: a new run)")
         self.actions = []
         groups: dict[str, list] = {}
         for spec in core_specs():
@@ -52,11 +56,25 @@ class TrainFlags:
         """The RunConfig of defaults, ``--config`` and the flags given in ``argv``, from the
         values argparse ``parsed`` out of it."""
         layers: list[Layer] = []
+        if parsed.get("resume"):
+            layers.append(_resume_layer(parsed["resume"]))
         if parsed.get("config"):
             layers.append((parsed["config"], load_toml(parsed["config"])))
         given = {action.dest: parsed[action.dest] for action in self.actions
                  if _given(action, argv) and action.dest in parsed}
-        return build_run_config(self.tables, layers, given)
+        config = build_run_config(self.tables, layers, given)
+        if parsed.get("resume"):
+            from rollyard.run.resume import resumed_config
+
+            config = resumed_config(parsed["resume"], self.tables, config)
+        return config
+
+
+def _resume_layer(run_dir: str) -> Layer:
+    """The saved config.json of ``--resume RUN_DIR``, the first layer of a resumed run."""
+    from rollyard.run.resume import CONFIG_FILE, saved_config_data
+
+    return (f"{run_dir}/{CONFIG_FILE}", saved_config_data(run_dir))
 
 
 def _given(action: argparse.Action, argv: Sequence[str]) -> bool:
@@ -71,9 +89,13 @@ def train_argv_plugins(argv: Sequence[str]) -> list[tuple[str, str]] | None:
         return None
     pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--config", default=None)
+    pre.add_argument("--resume", default=None)
     actions = add_spec_arguments(pre, core_specs())
     known = vars(pre.parse_known_args(argv[1:])[0])
     layers: list[Layer] = []
+    if known["resume"]:
+        source, data = _resume_layer(known["resume"])
+        layers.append((source, {k: v for k, v in data.items() if not isinstance(v, dict)}))
     if known["config"]:
         top = {k: v for k, v in load_toml(known["config"]).items() if not isinstance(v, dict)}
         layers.append((known["config"], top))

@@ -158,7 +158,8 @@ def parsed(monkeypatch, tmp_path):
     monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)  # main() sets it
     received = []
     monkeypatch.setattr(driver, "run_training",
-                        lambda config, manager, defaults: received.append(config) or 0)
+                        lambda config, manager, defaults, resume=None:
+                        received.append(config) or 0)
 
     def parse(toml: str, *argv: str):
         (tmp_path / "run.toml").write_text(textwrap.dedent(toml))

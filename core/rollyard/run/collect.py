@@ -13,6 +13,7 @@ from pathlib import Path
 from rollyard.errors import SampleError
 from rollyard.interfaces import Rollout
 from rollyard.rewards import RewardSet
+from rollyard.seeding import seeded_group
 from rollyard.types import Sample, SampleStatus, Task
 
 #: The context assumed for a model whose config.json has no ``max_position_embeddings``.
@@ -85,11 +86,13 @@ def checked(samples: object, task: Task, plugin: str,
 
 
 async def run_one_group(rollout: Rollout, rewards: RewardSet, task: Task,
-                        settings: CollectSettings) -> list[Sample]:
+                        settings: CollectSettings, seed: int | None = None) -> list[Sample]:
+    """One group of ``task``, its sampling seeded with ``seed`` (see rollyard.seeding)."""
     plugin = rollout.name
     try:
-        samples = await asyncio.wait_for(rollout.run_group(task, settings.group_size),
-                                         settings.group_timeout_s)
+        with seeded_group(seed):
+            samples = await asyncio.wait_for(rollout.run_group(task, settings.group_size),
+                                             settings.group_timeout_s)
     except TimeoutError:
         return [placeholder(task, SampleStatus.ABORTED,
                             f"rollout {plugin!r} timed out after {settings.group_timeout_s}s")
@@ -106,13 +109,16 @@ async def run_one_group(rollout: Rollout, rewards: RewardSet, task: Task,
 
 
 async def collect_step(rollout: Rollout, rewards: RewardSet, tasks: list[Task],
-                       settings: CollectSettings) -> list[Sample]:
-    """Run one group per task, at most ``max_concurrent_groups`` at a time."""
+                       settings: CollectSettings,
+                       seeds: list[int | None] | None = None) -> list[Sample]:
+    """Run one group per task, at most ``max_concurrent_groups`` at a time; ``seeds`` holds
+    each group's sampling seed (None: unseeded)."""
     gate = asyncio.Semaphore(settings.max_concurrent_groups)
 
-    async def gated(task: Task) -> list[Sample]:
+    async def gated(task: Task, seed: int | None) -> list[Sample]:
         async with gate:
-            return await run_one_group(rollout, rewards, task, settings)
+            return await run_one_group(rollout, rewards, task, settings, seed)
 
-    groups = await asyncio.gather(*(gated(task) for task in tasks))
+    seeds = list(seeds) if seeds is not None else [None] * len(tasks)
+    groups = await asyncio.gather(*(gated(task, seed) for task, seed in zip(tasks, seeds)))
     return [sample for group in groups for sample in group]

@@ -20,8 +20,12 @@ from rollyard.run.engines import EngineFleet
 from rollyard.run.group_draw import GroupDraw, draw_groups, resample_budget
 from rollyard.run.metrics import failure_reasons, sample_metrics
 from rollyard.run.ray_cluster import start_ray
+from rollyard.run.resume import check_checkpoint_model, find_checkpoint
 from rollyard.run.rollout_workers import RolloutPool, RolloutSpec
+from rollyard.run.run_state import RunCheckpoints
+from rollyard.run.signals import RunStopped, StopSignals
 from rollyard.run.weight_sync import make_weight_sync
+from rollyard.seeding import derive_seed
 from rollyard.types import Sample
 
 
@@ -43,12 +47,14 @@ def make_run_dir(config: RunConfig) -> Path:
 
 
 class TaskCycle:
-    """Endless shuffled passes over a split's task indices."""
+    """Endless shuffled passes over a split's task indices. ``drawn`` counts the tasks taken
+    so far: a group's place in the run, from which its sampling seed is derived."""
 
     def __init__(self, count: int, rng: random.Random) -> None:
         if not count:
             raise ConfigError("the rollout plugin has no training tasks")
         self.count, self.rng, self.queue = count, rng, []
+        self.drawn = 0
 
     def take(self, n: int) -> list[int]:
         out = []
@@ -57,7 +63,22 @@ class TaskCycle:
                 self.queue = list(range(self.count))
                 self.rng.shuffle(self.queue)
             out.append(self.queue.pop())
+        self.drawn += n
         return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """The cursor as JSON data (saved with a checkpoint)."""
+        version, internal, gauss = self.rng.getstate()
+        return {"count": self.count, "queue": list(self.queue), "drawn": self.drawn,
+                "rng": [version, list(internal), gauss]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state["count"] != self.count:
+            raise ConfigError(f"the checkpoint's task cursor is over {state['count']} training "
+                              f"tasks, the rollout now has {self.count}")
+        version, internal, gauss = state["rng"]
+        self.rng.setstate((version, tuple(internal), gauss))
+        self.queue, self.drawn = list(state["queue"]), int(state["drawn"])
 
 
 class PluginSelection:
@@ -108,22 +129,31 @@ def _as_dict(values: Any) -> dict[str, Any]:
 
 
 def run_training(config: RunConfig, manager: PluginManager,
-                 defaults: RunConfig | None = None) -> Path:
+                 defaults: RunConfig | None = None, resume: str | Path | None = None) -> Path:
     """Run ``config.steps`` RL steps; returns the run folder. ``defaults`` (the config of no
-    options) lets options set for unselected plugins be refused."""
+    options) lets options set for unselected plugins be refused. ``resume``: a run folder
+    whose newest checkpoint the run continues from (``config`` is its checked config).
+
+    Raises :class:`rollyard.run.signals.RunStopped` when SIGINT or SIGTERM stopped the run
+    (after saving a checkpoint)."""
+    checkpoint, note = find_checkpoint(resume, config.steps) if resume else (None, None)
     selection = PluginSelection(config, manager)
     if defaults is not None:
         selection.check_unused_options(defaults)
     config = config.replace(plugin_options={
         table: values for table, values in config.plugin_options.items()
         if table in selection.tables()})
-    run_dir = make_run_dir(config)
-    config.save(run_dir / "config.json")
+    run_dir = Path(resume) if resume else make_run_dir(config)
     model_dir = Path(config.model) if config.model else default_model_dir(
-        Path(config.runs_dir), config.seed)
+        run_dir.parent if resume else Path(config.runs_dir), config.seed)
     if not (model_dir / "config.json").exists():
         raise ConfigError(f"--model {str(model_dir)!r} has no config.json (a Hugging Face "
                           "model folder is expected; build one with `rollyard init-model DIR`)")
+    if checkpoint is not None:
+        check_checkpoint_model(checkpoint, model_dir)
+        _notice(f"resuming {run_dir} from {checkpoint.path.name}"
+                + (f" ({note})" if note else ""))
+    config.save(run_dir / "config.json")
 
     from rollyard.training import TrainConfig, TrainGroup
 
@@ -136,27 +166,42 @@ def run_training(config: RunConfig, manager: PluginManager,
         temperature=config.temperature,
         filter_zero_variance=not config.keep_zero_variance_groups, seed=config.seed,
         global_batch_size=config.groups_per_step * config.group_size)
-    started_ray = start_ray(config.ray_address, config.num_cpus)
+    stop = StopSignals().__enter__()  # from here a signal stops the run in order
+    try:
+        started_ray = start_ray(config.ray_address, config.num_cpus)
+    except BaseException:
+        stop.__exit__(None, None, None)
+        raise
+    stop.install()  # over the SIGTERM handler ray.init sets
     status, error = "failed", None
-    manager.hooks.on_run_start(config.to_data(), str(run_dir))
+    manager.hooks.on_run_start(config.to_data(), str(run_dir),
+                               resumed_step=checkpoint.step if checkpoint else 0)
     try:
         engine = (selection.engine(selection.options("engine", config.engine))
                   if selection.engine else None)
         group = TrainGroup(model_dir=str(model_dir), config=train_config, tp=config.train_tp,
                            dp=config.train_dp)
         try:
+            if checkpoint is not None:
+                group.load_checkpoint(str(checkpoint.trainer_dir.resolve()))
             with EngineFleet(engine, str(model_dir), config.num_engines,
                              list(config.engine_url) or None) as fleet:
                 fleet.start()
-                session = RunSession(config, selection, run_dir, model_dir, fleet, group)
+                session = RunSession(config, selection, run_dir, model_dir, fleet, group,
+                                     RunCheckpoints(run_dir, config.save_interval, stop,
+                                                    checkpoint))
                 asyncio.run(session.run())
         finally:
             group.shutdown()
         status = "completed"
+    except RunStopped:
+        status = "interrupted"
+        raise
     except BaseException as exc:
         error = f"{type(exc).__name__}: {exc}"
         raise
     finally:
+        stop.__exit__(None, None, None)
         manager.hooks.on_run_end(str(run_dir), status, error)
         if started_ray:
             import ray
@@ -165,15 +210,27 @@ def run_training(config: RunConfig, manager: PluginManager,
     return run_dir
 
 
+def _notice(line: str) -> None:
+    """One line for the user, on stderr (the console logger owns stdout)."""
+    from rich.console import Console
+
+    Console(stderr=True, highlight=False).print(line, markup=False)
+
+
 class RunSession:
-    """One run's steps, inside the event loop: collect, observe, train, push weights."""
+    """One run's steps, inside the event loop: collect, observe, train, push weights, and save
+    checkpoints (every ``--save-interval`` steps, at the end, on a signal or past
+    ``--max-seconds``)."""
 
     def __init__(self, config: RunConfig, selection: PluginSelection, run_dir: Path,
-                 model_dir: Path, fleet: EngineFleet, group: Any) -> None:
+                 model_dir: Path, fleet: EngineFleet, group: Any,
+                 checkpoints: RunCheckpoints | None = None) -> None:
         self.config, self.selection, self.run_dir = config, selection, run_dir
         self.model_dir, self.fleet, self.group = model_dir, fleet, group
         self.hooks = selection.manager.hooks
         self.weight_sync = make_weight_sync(config.weight_sync, run_dir, fleet, group)
+        self.checkpoints = checkpoints or RunCheckpoints(run_dir, config.save_interval,
+                                                         StopSignals())
 
     @property
     def weight_version(self) -> int:
@@ -216,24 +273,52 @@ class RunSession:
                           random.Random(config.seed))
         progress = Progress(TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(),
                             TimeElapsedColumn(), disable=not config.progress)
+        saves = self.checkpoints
         try:
+            await saves.restore(self, pool, tasks, transport)
             with progress:
-                bar = progress.add_task("steps", total=config.steps)
-                for step in range(1, config.steps + 1):
+                bar = progress.add_task("steps", total=config.steps,
+                                        completed=saves.first_step - 1)
+                done = saves.first_step - 1
+                for step in range(saves.first_step, config.steps + 1):
+                    if saves.stop.requested:
+                        break
                     metrics = await self.step(step, pool, transport, tasks)
+                    metrics["time/elapsed_s"] = saves.elapsed()
                     self.hooks.on_step_end(step, metrics)
                     progress.advance(bar)
+                    done = step
+                    if saves.due(step):
+                        await saves.save(step, self, pool, tasks)
+                    if config.max_seconds and step < config.steps \
+                            and saves.seconds_here() >= config.max_seconds:
+                        break
+            await self.finish(done, pool, tasks)
         finally:
             await asyncio.to_thread(pool.close)
             await self.weight_sync.close(transport)
             await transport.close()
+
+    async def finish(self, done: int, pool: RolloutPool, tasks: TaskCycle) -> None:
+        """Save the last finished step unless it is saved; say why the run stopped early."""
+        saves = self.checkpoints
+        if done > saves.saved_step:
+            await saves.save(done, self, pool, tasks)
+        if saves.stop.signum is not None:
+            raise RunStopped(saves.stop.signum, done, saves.last.path if saves.last else None,
+                             self.run_dir)
+        if done < self.config.steps:
+            where = saves.last.path if saves.last else "no checkpoint"
+            _notice(f"stopped after step {done}: --max-seconds {self.config.max_seconds:g} "
+                    f"reached; checkpoint {where} (continue with: rollyard train --resume "
+                    f"{self.run_dir})")
 
     async def step(self, step: int, pool: RolloutPool, transport: Any,
                    tasks: TaskCycle) -> dict[str, float]:
         config = self.config
         started = time.perf_counter()
         restarted = await self.weight_sync.restart_dead(transport)
-        draw = await self.collect(pool, tasks)
+        draw = await self.collect(pool, tasks, step)
         rollout_s = time.perf_counter() - started
         samples = draw.samples
         metrics = sample_metrics(samples)
@@ -248,6 +333,7 @@ class RunSession:
                 f"{config.failure_threshold:.0%}); most common: "
                 + "; ".join(failure_reasons(samples)))
         trained = [s for s in draw.training_samples(config.groups_per_step) if s.usable]
+        self.checkpoints.fault("train", step)
         train_started = time.perf_counter()
         train_metrics = await asyncio.to_thread(self.group.train, trained)
         metrics["time/train_s"] = time.perf_counter() - train_started
@@ -262,12 +348,15 @@ class RunSession:
                         "perf/tokens_per_s": metrics["response/tokens"] / rollout_s})
         return metrics
 
-    async def collect(self, pool: RolloutPool, tasks: TaskCycle) -> GroupDraw:
-        """One step's groups, drawn again while too few carry a learning signal."""
+    async def collect(self, pool: RolloutPool, tasks: TaskCycle, step: int = 0) -> GroupDraw:
+        """One step's groups, drawn again while too few carry a learning signal. Each group's
+        sampling seed comes from the run's seed, the step and the group's draw index."""
         config = self.config
 
         async def draw(count: int) -> tuple[list[Sample], dict[str, float]]:
-            return await asyncio.to_thread(pool.collect, tasks.take(count))
+            first = tasks.drawn
+            seeds = [derive_seed(config.seed, step, first + i) for i in range(count)]
+            return await asyncio.to_thread(pool.collect, tasks.take(count), seeds)
 
         return await draw_groups(draw, config.groups_per_step,
                                  resample_budget(config.groups_per_step,

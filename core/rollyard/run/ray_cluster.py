@@ -10,7 +10,11 @@ who sets ``RAY_AUTH_MODE`` to match that cluster's to silence Ray there.
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 #: The environment variable Ray reads its authentication mode from (``token`` | ``disabled``).
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
@@ -31,9 +35,25 @@ def start_ray(address: str | None, num_cpus: int | None) -> bool:
     if address:
         ray.init(address=address, include_dashboard=False)
     else:
-        ray.init(num_cpus=num_cpus, object_store_memory=OBJECT_STORE_BYTES,
-                 include_dashboard=False, log_to_driver=False)
+        with _sigint_ignored():
+            ray.init(num_cpus=num_cpus, object_store_memory=OBJECT_STORE_BYTES,
+                     include_dashboard=False, log_to_driver=False)
     return True
+
+
+@contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """SIGINT ignored while the local cluster starts: its processes inherit that, so a Ctrl-C
+    in the terminal (which signals the whole process group) reaches only the driver, which
+    then stops the run in order, saving through the ranks (see rollyard.run.signals)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _choose_auth_mode() -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rollyard.config import ConfigView, RunConfig
+from rollyard.errors import ConfigError, PluginError, RollyardError
 from rollyard.interfaces import RewardContext, RolloutContext
 from rollyard.plugin_options import OptionTables
 from rollyard.plugins import PluginManager
@@ -75,14 +76,45 @@ class RolloutWorker:
     def num_tasks(self, split: str) -> int:
         return len(self.tasks(split))
 
-    async def collect(self, indices: list[int]) -> tuple[list[Sample], dict[str, float]]:
+    async def collect(self, indices: list[int], seeds: list[int | None] | None = None,
+                      ) -> tuple[list[Sample], dict[str, float]]:
+        """One group per task index; ``seeds`` are the groups' sampling seeds."""
         tasks = [self.tasks("train")[i] for i in indices]
-        samples = await collect_step(self.rollout, self.rewards, tasks, self.settings)
+        samples = await collect_step(self.rollout, self.rewards, tasks, self.settings, seeds)
         return samples, {**self.rollout.metrics(), **self.rewards.metrics()}
+
+    def state_dict(self) -> Any:
+        """The rollout's :meth:`~rollyard.Rollout.state_dict`, checked at the boundary."""
+        try:
+            return self.rollout.state_dict()
+        except Exception as exc:
+            raise PluginError(f"rollout {self.rollout.name!r}: state_dict() raised "
+                              f"{type(exc).__name__}: {exc}") from exc
+
+    def load_state_dict(self, state: Any) -> None:
+        try:
+            self.rollout.load_state_dict(state)
+        except Exception as exc:
+            raise PluginError(f"rollout {self.rollout.name!r}: load_state_dict() raised "
+                              f"{type(exc).__name__}: {exc} (while resuming from a "
+                              "checkpoint)") from exc
 
     async def close(self) -> None:
         await self.rewards.close()
         await self.transport.close()
+
+
+def _get(refs: list[Any]) -> list[Any]:
+    """``ray.get``, raising a worker's own RollyardError instead of Ray's wrapper."""
+    import ray
+    from ray.exceptions import RayTaskError
+
+    try:
+        return ray.get(refs)
+    except RayTaskError as exc:
+        if isinstance(exc.cause, RollyardError):
+            raise exc.cause from None
+        raise
 
 
 def run_sampling(config: RunConfig) -> SamplingParams:
@@ -108,14 +140,17 @@ class RolloutPool:
 
         return ray.get(self.workers[0].num_tasks.remote(split))
 
-    def collect(self, tasks: list[int]) -> tuple[list[Sample], dict[str, float]]:
+    def collect(self, tasks: list[int], seeds: list[int | None] | None = None,
+                ) -> tuple[list[Sample], dict[str, float]]:
         """Samples of every task (a lost worker's tasks become failed samples) and the mean of
-        the workers' environment metrics."""
+        the workers' environment metrics. ``seeds``: each group's sampling seed."""
         import ray
 
-        shares = [tasks[i::len(self.workers)] for i in range(len(self.workers))]
-        refs = [(share, w.collect.remote(share)) for w, share in zip(self.workers, shares)
-                if share]
+        count = len(self.workers)
+        seeds = list(seeds) if seeds is not None else [None] * len(tasks)
+        shares = [tasks[i::count] for i in range(count)]
+        refs = [(share, w.collect.remote(share, seeds[i::count]))
+                for i, (w, share) in enumerate(zip(self.workers, shares)) if share]
         samples: list[Sample] = []
         metrics: dict[str, list[float]] = {}
         for share, ref in refs:
@@ -131,6 +166,16 @@ class RolloutPool:
             for key, value in env_metrics.items():
                 metrics.setdefault(key, []).append(value)
         return samples, {k: sum(v) / len(v) for k, v in metrics.items()}
+
+    def state_dicts(self) -> list[Any]:
+        """Every worker's rollout state, in worker order (saved with a checkpoint)."""
+        return _get([w.state_dict.remote() for w in self.workers])
+
+    def load_state_dicts(self, states: list[Any]) -> None:
+        if len(states) != len(self.workers):
+            raise ConfigError(f"the checkpoint holds the state of {len(states)} rollout "
+                              f"workers, this run has {len(self.workers)}")
+        _get([w.load_state_dict.remote(s) for w, s in zip(self.workers, states)])
 
     def close(self) -> None:
         import ray

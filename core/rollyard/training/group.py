@@ -300,6 +300,15 @@ class TrainGroup:
         _get_all([actor.export_hf.remote(str(out_dir)) for actor in self._actors])
         return str(out_dir)
 
+    def save_checkpoint(self, folder: str) -> None:
+        """Every rank writes its model and optimizer shards, LR schedule and rng states into
+        ``folder`` (on a shared filesystem when the ranks span machines)."""
+        _get_all([actor.save_checkpoint.remote(str(folder)) for actor in self._actors])
+
+    def load_checkpoint(self, folder: str) -> None:
+        """Restore what :meth:`save_checkpoint` wrote, into ranks of the same layout."""
+        _get_all([actor.load_checkpoint.remote(str(folder)) for actor in self._actors])
+
     def __enter__(self) -> TrainGroup:
         return self
 

@@ -300,6 +300,19 @@ class MegatronWorker:
         tensors = {k: v.to(self.export_dtype) for k, v in tensors.items()}
         return str(write_hf_folder(out_dir, tensors, self.model_dir))
 
+    def save_checkpoint(self, folder: str) -> None:
+        """Write this rank's model, optimizer, LR schedule and rng states into ``folder``;
+        every rank must call this (see :mod:`rollyard.training.trainer_state`)."""
+        from rollyard.training.trainer_state import save_rank_state
+
+        save_rank_state(self, folder)
+
+    def load_checkpoint(self, folder: str) -> None:
+        """Load what :meth:`save_checkpoint` wrote; every rank must call this."""
+        from rollyard.training.trainer_state import load_rank_state
+
+        load_rank_state(self, folder)
+
     def shutdown(self) -> None:
         """Leave the process group."""
         import torch.distributed as dist

@@ -1,0 +1,118 @@
+"""What the run loop saves in a checkpoint and restores from one.
+
+A checkpoint holds everything that decides the rest of a run: the trainer's model, optimizer,
+LR schedule and rng states (saved by the ranks, :mod:`rollyard.training.trainer_state`), the
+policy as a Hugging Face folder (what the engines serve), each rollout worker's
+``Rollout.state_dict()``, the task cursor (:class:`rollyard.run.driver.TaskCycle`, whose rng
+is the run's), the weight version and the training time so far. Sampling seeds are derived
+from the run's seed, the step and the draw index (:mod:`rollyard.seeding`), so they need no
+saving. metrics.jsonl and samples.jsonl are cut back to the checkpoint's step by their logger
+(``on_run_start(..., resumed_step)``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pickle
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from rollyard.run.checkpoints import Checkpoint, CheckpointStore
+from rollyard.run.faults import fault_point
+from rollyard.run.signals import StopSignals
+
+#: The weights file of an exported HF folder (rollyard.training.checkpoint.WEIGHTS_FILE,
+#: not imported: that module imports torch).
+WEIGHTS_FILE = "model.safetensors"
+
+
+class RunCheckpoints:
+    """The checkpoints of one run: when to save, saving, and restoring a resumed run."""
+
+    def __init__(self, run_dir: Path, save_interval: int, stop: StopSignals,
+                 resumed: Checkpoint | None = None) -> None:
+        self.run_dir = run_dir
+        self.store = CheckpointStore(run_dir)
+        self.save_interval = save_interval
+        self.stop = stop
+        self.resumed = resumed
+        #: The last step whose checkpoint exists (the resumed one's, or 0).
+        self.saved_step = resumed.step if resumed else 0
+        self.last: Checkpoint | None = resumed
+        #: Training seconds of earlier processes of this run.
+        self.elapsed_before = float(resumed.state.get("elapsed_s", 0.0)) if resumed else 0.0
+        self.started = time.perf_counter()
+
+    @property
+    def first_step(self) -> int:
+        return self.saved_step + 1 if self.resumed else 1
+
+    def elapsed(self) -> float:
+        """Training seconds of the whole run: earlier processes and this one."""
+        return self.elapsed_before + self.seconds_here()
+
+    def seconds_here(self) -> float:
+        """Training seconds of this process (what --max-seconds counts)."""
+        return time.perf_counter() - self.started
+
+    def due(self, step: int) -> bool:
+        return bool(self.save_interval) and step % self.save_interval == 0
+
+    def fault(self, point: str, step: int) -> None:
+        fault_point(point, step, lambda: self.stop.requested)
+
+    # ------------------------------------------------------------------ save
+
+    async def save(self, step: int, session: Any, pool: Any, tasks: Any) -> Checkpoint:
+        """The checkpoint of ``step`` (the step just finished), written atomically."""
+        state = {"weight_version": session.weight_version, "tasks": tasks.state_dict(),
+                 "elapsed_s": self.elapsed(), "seed": session.config.seed}
+
+        def write(folder: Path) -> dict[str, Any]:
+            session.group.save_checkpoint(str((folder / "trainer").resolve()))
+            self.fault("save:trainer", step)
+            self._write_policy(session, folder / "hf")
+            with open(folder / "rollout.pkl", "wb") as fh:
+                pickle.dump(pool.state_dicts(), fh)
+            return state
+
+        checkpoint = await asyncio.to_thread(
+            self.store.save, step, write, lambda point: self.fault(point, step))
+        self.saved_step, self.last = step, checkpoint
+        return checkpoint
+
+    @staticmethod
+    def _write_policy(session: Any, target: Path) -> None:
+        """The policy as a HF folder: a link to (or copy of) the weights the engines were just
+        given, or a fresh export when there are none."""
+        source = Path(session.weights_dir) if session.weights_dir else None
+        if source is None or not (source / WEIGHTS_FILE).is_file():
+            session.group.export_hf(str(target))
+            return
+        target.mkdir(parents=True)
+        for item in source.iterdir():
+            if item.is_file():
+                try:
+                    os.link(item, target / item.name)
+                except OSError:
+                    shutil.copy2(item, target / item.name)
+
+    # ------------------------------------------------------------------ restore
+
+    async def restore(self, session: Any, pool: Any, tasks: Any, transport: Any) -> None:
+        """Put the driver, the rollout workers and the engines where the checkpoint left
+        them (the trainer was restored when the train group was built)."""
+        checkpoint = self.resumed
+        if checkpoint is None:
+            return
+        self.store.discard_partial()
+        states = pickle.loads(checkpoint.rollout_file.read_bytes())
+        await asyncio.to_thread(pool.load_state_dicts, states)
+        tasks.load_state_dict(checkpoint.state["tasks"])
+        version = int(checkpoint.state["weight_version"])
+        if version:  # the engines serve the restored policy, under its version, as before
+            session.weights_dir, _ = await session.push_weights(transport, version)
+            session.weight_version = version

@@ -1,0 +1,175 @@
+"""Runs people can leave going, through the real CLI on the embedded CPU default.
+
+With a fixed seed and one sequence per engine batch (batching changes float32 sums, see
+docs/training.md), two runs write the same metrics.jsonl and the same weights; a run killed
+anywhere — in the middle of a save included — and resumed ends exactly where an uninterrupted
+run does; SIGTERM saves, stops every process the run started and exits 143; --max-seconds
+stops after a step, saves and exits 0. (A failing checkpoint writer is tested on the checkpoint
+store itself, tests/core/test_checkpoints.py.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+STEPS = 5
+COMMON = ["--steps", str(STEPS), "--seed", "5", "--groups-per-step", "2", "--group-size", "4",
+          "--max-new-tokens", "8", "--no-progress", "--num-cpus", "2",
+          "--embedded-max-batch-size", "1"]
+TAG = "ROLLYARD_TEST_RUN"  # marks every process a test's run starts, to find leftovers
+TIMING = ("time/", "perf/", "train/step_time", "train/tokens_per_s", "train/rank_step_time")
+
+
+class Run:
+    """One ``rollyard train`` process in its own session, its output in files."""
+
+    def __init__(self, root: Path, *args: str, fault: str | None = None) -> None:
+        self.tag = uuid.uuid4().hex
+        self.out = root / f"out-{self.tag}.txt"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ROLLYARD_")}
+        env[TAG] = self.tag
+        env["COLUMNS"] = "1000"  # one line per message, however long its paths
+        if fault:
+            env["ROLLYARD_FAULT"] = fault
+        with open(self.out, "w") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "rollyard.cli", "train", *args], cwd=root, env=env,
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+    @property
+    def output(self) -> str:
+        return " ".join(self.out.read_text().split())
+
+    def wait(self, timeout: float = 300) -> int:
+        try:
+            return self.process.wait(timeout)
+        finally:
+            kill_tagged(self.tag)
+
+    def wait_for(self, text: str, timeout: float = 300) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.output:
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                kill_tagged(self.tag)
+                raise AssertionError(f"never printed {text!r}:\n{self.out.read_text()[-3000:]}")
+            time.sleep(0.2)
+
+
+def tagged(tag: str) -> list[psutil.Process]:
+    """Live processes (zombies aside) whose environment carries ``tag``."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get(TAG) == tag and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except psutil.Error:
+            pass
+    return found
+
+
+def kill_tagged(tag: str) -> None:
+    procs = tagged(tag)
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(procs, timeout=10)
+
+
+def rows(run_dir: Path) -> list[dict]:
+    """metrics.jsonl without the timing keys."""
+    return [{k: v for k, v in json.loads(line).items() if not k.startswith(TIMING)}
+            for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def final_weights(run_dir: Path) -> bytes:
+    latest = (run_dir / "checkpoints" / "latest").read_text().strip()
+    assert latest == f"step-{STEPS:06d}"
+    return (run_dir / "checkpoints" / latest / "hf" / "model.safetensors").read_bytes()
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("resume")
+
+
+@pytest.fixture(scope="module")
+def reference(root: Path) -> Path:
+    """An uninterrupted run that saves after every step."""
+    run = Run(root, *COMMON, "--save-interval", "1", "--runs-dir", "runs", "--name", "reference")
+    assert run.wait() == 0, run.out.read_text()[-3000:]
+    return root / "runs" / "reference"
+
+
+@pytest.mark.slow
+def test_two_runs_with_the_same_seed_write_the_same_metrics_and_weights(root, reference):
+    run = Run(root, *COMMON, "--runs-dir", "runs", "--name", "again")  # saving only at the end
+    assert run.wait() == 0, run.out.read_text()[-3000:]
+    again = root / "runs" / "again"
+    assert [r["step"] for r in rows(again)] == list(range(1, STEPS + 1))
+    assert rows(again) == rows(reference)
+    assert final_weights(again) == final_weights(reference)
+    # the samples too: same tokens, logprobs, rewards, group names
+    assert (again / "samples.jsonl").read_text() == (reference / "samples.jsonl").read_text()
+
+
+@pytest.mark.slow
+def test_a_run_killed_anywhere_and_resumed_ends_as_an_uninterrupted_one(root, reference):
+    run_dir = root / "runs" / "chain"
+    first = [*COMMON, "--save-interval", "1", "--runs-dir", "runs", "--name", "chain"]
+    resume = ["--resume", str(run_dir)]
+    checkpoints = run_dir / "checkpoints"
+
+    # 1. SIGKILL in the middle of saving step 2: its half-written folder is passed over
+    run = Run(root, *first, fault="kill:save:trainer@2")
+    assert run.wait() == -signal.SIGKILL
+    assert (checkpoints / ".partial-step-000002").is_dir()
+    assert (checkpoints / "latest").read_text() == "step-000001\n"
+
+    # 2. resumed with a time budget: it says what it passed over, trains step 2 and stops
+    run = Run(root, *resume, "--max-seconds", "0.001")
+    assert run.wait() == 0, run.output[-3000:]
+    assert (f"resuming {run_dir} from step-000001 (checkpoints: .partial-step-000002 is "
+            "half-written (the run stopped while saving it); using step-000001)") in run.output
+    assert f"stopped after step 2: --max-seconds 0.001 reached; checkpoint {checkpoints}" \
+           f"/step-000002" in run.output
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["latest", "step-000002"]
+
+    # 3. SIGTERM during step 3: it finishes the step, saves, stops everything, exits 143
+    run = Run(root, *resume, "--max-seconds", "0", fault="pause:train@3")  # 0: no limit again
+    run.wait_for("paused at train (step 3)")
+    started = psutil.Process(run.process.pid).children(recursive=True)
+    assert any("embedded_engine" in " ".join(p.cmdline()) for p in started)
+    assert any(p.name() == "raylet" for p in started)
+    os.kill(run.process.pid, signal.SIGTERM)
+    assert run.process.wait(120) == 143, run.output[-3000:]
+    _, alive = psutil.wait_procs(started, timeout=15)
+    alive = [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+    assert not alive and not tagged(run.tag), f"left running: {alive or tagged(run.tag)}"
+    assert (f"stopped by SIGTERM after step 3; checkpoint {checkpoints}/step-000003 (continue "
+            f"with: rollyard train --resume {run_dir})") in run.output
+    assert (checkpoints / "latest").read_text() == "step-000003\n"
+
+    # 4. SIGKILL of the whole process tree during step 4
+    run = Run(root, *resume, fault="pause:train@4")
+    run.wait_for("paused at train (step 4)")
+    os.kill(run.process.pid, signal.SIGKILL)
+    assert run.wait() == -signal.SIGKILL
+
+    # 5. resumed to the end: the same rewards and the same weights, bit for bit
+    run = Run(root, *resume)
+    assert run.wait() == 0, run.output[-3000:]
+    assert [r["step"] for r in rows(run_dir)] == list(range(1, STEPS + 1))
+    assert rows(run_dir) == rows(reference)
+    assert final_weights(run_dir) == final_weights(reference)
