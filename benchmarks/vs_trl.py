@@ -484,9 +484,11 @@ def main(argv: list[str] | None = None) -> int:
     sweep_budget = args.sweep_budget or args.budget
     if not Path(args.rollyard).exists():
         parser.error(f"{args.rollyard} not found: run `make install` first (or --rollyard)")
+    args.rollyard = str(Path(args.rollyard).resolve())
 
-    out = args.out or HERE / "results" / f"vs-trl-{time.strftime('%Y%m%d-%H%M%S')}"
+    out = (args.out or HERE / "results" / f"vs-trl-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     out.mkdir(parents=True, exist_ok=True)
+    args.venv = args.venv.resolve()
     vpy = ensure_venv(args.venv, args.python) if "trl" in frameworks else None
     model = out / "model"
     if not (model / "config.json").exists():
