@@ -214,7 +214,7 @@ class RunConfig:
 #: out. Every other option, plugin options included, must keep its saved value.
 RESUME_SAFE = frozenset({"steps", "save_interval", "max_seconds", "progress",
                          "failure_threshold", "rollout_timeout", "num_cpus", "ray_address",
-                         "engine_url"})
+                         "engine_url", "weight_sync"})
 
 
 def core_specs() -> list[OptionSpec]:
