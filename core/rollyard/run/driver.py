@@ -4,6 +4,7 @@ Ray, and the new weights pushed to every engine, step after step."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections.abc import Mapping
@@ -285,6 +286,7 @@ class RunSession:
                         break
                     metrics = await self.step(step, pool, transport, tasks)
                     metrics["time/elapsed_s"] = saves.elapsed()
+                    metrics["time/checkpoint_s"] = saves.take_seconds()
                     self.hooks.on_step_end(step, metrics)
                     progress.advance(bar)
                     done = step
@@ -295,6 +297,8 @@ class RunSession:
                         break
             await self.finish(done, pool, tasks)
         finally:
+            with contextlib.suppress(Exception):  # a save still running ends first
+                await saves.settle()
             await asyncio.to_thread(pool.close)
             await self.weight_sync.close(transport)
             await transport.close()
@@ -304,6 +308,7 @@ class RunSession:
         saves = self.checkpoints
         if done > saves.saved_step:
             await saves.save(done, self, pool, tasks)
+        await saves.settle()
         if saves.stop.signum is not None:
             raise RunStopped(saves.stop.signum, done, saves.last.path if saves.last else None,
                              self.run_dir)
@@ -334,6 +339,7 @@ class RunSession:
                 + "; ".join(failure_reasons(samples)))
         trained = [s for s in draw.training_samples(config.groups_per_step) if s.usable]
         self.checkpoints.fault("train", step)
+        await self.checkpoints.settle()  # the trainer's part of a checkpoint is written
         train_started = time.perf_counter()
         train_metrics = await asyncio.to_thread(self.group.train, trained)
         metrics["time/train_s"] = time.perf_counter() - train_started

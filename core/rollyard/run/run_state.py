@@ -42,6 +42,10 @@ class RunCheckpoints:
         #: The last step whose checkpoint exists (the resumed one's, or 0).
         self.saved_step = resumed.step if resumed else 0
         self.last: Checkpoint | None = resumed
+        self._pending: asyncio.Future | None = None
+        #: Seconds the loop spent on checkpoints (starting saves, waiting for them) since the
+        #: last :meth:`take_seconds`.
+        self._spent = 0.0
         #: Training seconds of earlier processes of this run.
         self.elapsed_before = float(resumed.state.get("elapsed_s", 0.0)) if resumed else 0.0
         self.started = time.perf_counter()
@@ -66,31 +70,56 @@ class RunCheckpoints:
 
     # ------------------------------------------------------------------ save
 
-    async def save(self, step: int, session: Any, pool: Any, tasks: Any) -> Checkpoint:
-        """The checkpoint of ``step`` (the step just finished), written atomically."""
+    async def save(self, step: int, session: Any, pool: Any, tasks: Any) -> None:
+        """Start the checkpoint of ``step`` (the step just finished).
+
+        The driver's and the rollout workers' state is taken now; the trainer's is written in
+        the background, while the next step's rollouts run, and :meth:`settle` waits for it
+        before anything touches the trainer again (the next update, the end of the run)."""
+        await self.settle()
+        started = time.perf_counter()
         state = {"weight_version": session.weight_version, "tasks": tasks.state_dict(),
                  "elapsed_s": self.elapsed(), "seed": session.config.seed}
+        rollout_states = await asyncio.to_thread(pool.state_dicts)
+        group, weights_dir = session.group, session.weights_dir
 
         def write(folder: Path) -> dict[str, Any]:
-            session.group.save_checkpoint(str((folder / "trainer").resolve()))
+            group.save_checkpoint(str((folder / "trainer").resolve()))
             self.fault("save:trainer", step)
-            self._write_policy(session, folder / "hf")
+            self._write_policy(group, weights_dir, folder / "hf")
             with open(folder / "rollout.pkl", "wb") as fh:
-                pickle.dump(pool.state_dicts(), fh)
+                pickle.dump(rollout_states, fh)
             return state
 
-        checkpoint = await asyncio.to_thread(
-            self.store.save, step, write, lambda point: self.fault(point, step))
-        self.saved_step, self.last = step, checkpoint
-        return checkpoint
+        self.saved_step = step
+        self._pending = asyncio.ensure_future(asyncio.to_thread(
+            self.store.save, step, write, lambda point: self.fault(point, step)))
+        self._spent += time.perf_counter() - started
+
+    async def settle(self) -> Checkpoint | None:
+        """Wait for the save in progress, if any (raising its CheckpointError); the newest
+        complete checkpoint."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            started = time.perf_counter()
+            try:
+                self.last = await pending
+            finally:
+                self._spent += time.perf_counter() - started
+        return self.last
+
+    def take_seconds(self) -> float:
+        """Seconds the loop spent on checkpoints since the last call (``time/checkpoint_s``)."""
+        spent, self._spent = self._spent, 0.0
+        return spent
 
     @staticmethod
-    def _write_policy(session: Any, target: Path) -> None:
+    def _write_policy(group: Any, weights_dir: str | None, target: Path) -> None:
         """The policy as a HF folder: a link to (or copy of) the weights the engines were just
         given, or a fresh export when there are none."""
-        source = Path(session.weights_dir) if session.weights_dir else None
+        source = Path(weights_dir) if weights_dir else None
         if source is None or not (source / WEIGHTS_FILE).is_file():
-            session.group.export_hf(str(target))
+            group.export_hf(str(target))
             return
         target.mkdir(parents=True)
         for item in source.iterdir():
