@@ -67,7 +67,7 @@ def test_bad_batch_sampling_is_refused_naming_the_entry(embedded_engine, http, b
 
 
 def test_a_group_larger_than_the_batch_fills_each_free_slot_from_the_shared_prompt(
-        tiny_model_dir, tmp_path, http) -> None:
+        tiny_model_dir, tmp_path, http, teacher_forced) -> None:
     from rollyard_plugins.embedded_engine.launcher import EmbeddedEngine
 
     handle = EmbeddedEngine({"max_batch_size": 4, "log_dir": str(tmp_path)}).launch(
@@ -87,3 +87,8 @@ def test_a_group_larger_than_the_batch_fills_each_free_slot_from_the_shared_prom
     assert stats["prefill_passes"] == 1 and stats["shared_prefills"] == 9
     # no idle gap: 4 slots busy until the work runs out (65 tokens, the longest 11)
     assert stats["decode_steps"] <= 65 // 4 + 11
+    # sequences moved between slots as others finished, their keys and values with them
+    for reply in batch:
+        logprobs = [entry[0] for entry in reply["meta_info"]["output_token_logprobs"]]
+        expected = teacher_forced(tiny_model_dir, PROMPT, reply["output_ids"], 1.0)
+        assert logprobs == pytest.approx(expected, abs=1e-4)

@@ -20,17 +20,23 @@ INITIAL_CACHE_LEN = 256
 
 
 class SlotKVCache:
-    """Keys and values of every layer, laid out [slot, position, kv_head, head_dim]."""
+    """Keys and values of every layer, laid out [slot, kv_head, position, head_dim]: the
+    running slots ``0 .. n-1`` (the scheduler keeps them there) read as one view in the
+    layout attention takes, each head's positions contiguous."""
 
     def __init__(self, num_layers: int, slots: int, kv_heads: int, head_dim: int,
                  max_len: int, dtype: torch.dtype) -> None:
         self.max_len = max_len
-        shape = (slots, min(INITIAL_CACHE_LEN, max_len), kv_heads, head_dim)
+        shape = (slots, kv_heads, min(INITIAL_CACHE_LEN, max_len), head_dim)
         self.keys = [torch.zeros(shape, dtype=dtype) for _ in range(num_layers)]
         self.values = [torch.zeros(shape, dtype=dtype) for _ in range(num_layers)]
 
     @property
     def capacity(self) -> int:
+        return self.keys[0].shape[2]
+
+    @property
+    def heads(self) -> int:
         return self.keys[0].shape[1]
 
     def reserve(self, length: int) -> None:
@@ -42,38 +48,47 @@ class SlotKVCache:
         new_len = min(self.max_len, max(length, 2 * self.capacity))
 
         def grown(t: torch.Tensor) -> torch.Tensor:
-            extra = torch.zeros((t.shape[0], new_len - t.shape[1], *t.shape[2:]), dtype=t.dtype)
-            return torch.cat([t, extra], dim=1)
+            slots, heads, length, dim = t.shape
+            extra = torch.zeros((slots, heads, new_len - length, dim), dtype=t.dtype)
+            return torch.cat([t, extra], dim=2)
 
         self.keys = [grown(t) for t in self.keys]
         self.values = [grown(t) for t in self.values]
 
+    def copy_prefix(self, source: int, targets: list[int], length: int) -> None:
+        """Positions ``0 .. length-1`` of slot ``source`` into the ``targets`` slots."""
+        index = torch.tensor(targets)
+        for store in self.keys + self.values:
+            store[index, :, :length] = store[source, :, :length]
+
 
 class _BatchCacheView:
-    """What transformers' attention layers call ``update`` on during one forward pass."""
+    """What the attention layers call ``update`` on during one forward pass."""
 
     def __init__(self, store: SlotKVCache, slots: list[int], positions: torch.Tensor,
                  kv_len: int) -> None:
         self.store = store
         index = torch.tensor(slots)
-        # Where each new token's key/value goes in a layer's [slot * capacity + position]
-        # rows: computed once, written with one index_copy_ per tensor and layer.
-        self.flat = (index[:, None] * store.capacity + positions).flatten()
+        # Where each new token's key/value goes among a layer's [slot, head, position] rows:
+        # computed once, written with one index_copy_ per tensor and layer.
+        heads, capacity = store.heads, store.capacity
+        self.flat = ((index[:, None, None] * heads + torch.arange(heads)[None, :, None])
+                     * capacity + positions[:, None, :]).flatten()
         self.kv_len = kv_len
-        # Consecutive ascending slots (the usual case: the scheduler hands out the lowest free
-        # slots) are read as a view; any other set is gathered (a copy).
+        # Consecutive ascending slots (the scheduler keeps the running ones in 0 .. n-1) are
+        # read as a view; any other set is gathered (a copy).
         consecutive = slots == list(range(slots[0], slots[0] + len(slots)))
         self.rows: slice | torch.Tensor = (slice(slots[0], slots[0] + len(slots))
                                            if consecutive else index)
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int,
                *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store [B, kv_heads, T, D] new keys/values; return [B, kv_heads, kv_len, D] views."""
         keys, values = self.store.keys[layer_idx], self.store.values[layer_idx]
+        dim = keys.shape[-1]
         for store, new in ((keys, key_states), (values, value_states)):
-            store.view(-1, *store.shape[2:]).index_copy_(
-                0, self.flat, new.transpose(1, 2).reshape(-1, *store.shape[2:]))
-        return (keys[self.rows, : self.kv_len].transpose(1, 2),
-                values[self.rows, : self.kv_len].transpose(1, 2))
+            store.view(-1, dim).index_copy_(0, self.flat, new.reshape(-1, dim))
+        return keys[self.rows, :, : self.kv_len], values[self.rows, :, : self.kv_len]
 
 
 class ModelRunner:
@@ -95,6 +110,10 @@ class ModelRunner:
         self.cache = SlotKVCache(config.num_hidden_layers, max_batch_size,
                                  config.num_key_value_heads, head_dim, self.context_len,
                                  torch.float32)
+        from rollyard_plugins.embedded_engine.fused import FusedDecoder, unsupported
+
+        #: The fused decoder layers, or None: transformers' own layers for other models.
+        self.fused = FusedDecoder(self.model) if unsupported(config) is None else None
 
     @torch.inference_mode()
     def forward(self, new_tokens: list[list[int]], starts: list[int],
@@ -114,21 +133,22 @@ class ModelRunner:
         mask = (torch.arange(kv_len)[None, None, :] <= positions[:, :, None])[:, None]
         view = _BatchCacheView(self.cache, slots, positions, kv_len)
         backbone = self.model.model
-        hidden = backbone.embed_tokens(ids)
-        rotary = backbone.rotary_emb(hidden, positions)
-        for layer in backbone.layers:
-            hidden = layer(hidden, attention_mask=mask, position_ids=positions, cache=view,
-                           position_embeddings=rotary)
+        if self.fused is not None:
+            hidden = self.fused.forward(ids, positions, mask, view)
+        else:
+            hidden = backbone.embed_tokens(ids)
+            rotary = backbone.rotary_emb(hidden, positions)
+            for layer in backbone.layers:
+                hidden = layer(hidden, attention_mask=mask, position_ids=positions, cache=view,
+                               position_embeddings=rotary)
         last = backbone.norm(hidden[torch.arange(len(new_tokens)), lengths - 1])
         return self.model.lm_head(last)
 
     @torch.inference_mode()
     def copy_prefix(self, source: int, targets: list[int], length: int) -> None:
         """Copy the keys and values of positions ``0 .. length-1`` of slot ``source`` into
-        the ``targets`` slots (a shared prompt, prefilled once)."""
-        index = torch.tensor(targets)
-        for store in self.cache.keys + self.cache.values:
-            store[index, :length] = store[source, :length]
+        the ``targets`` slots (a shared prompt prefilled once; a sequence moving slots)."""
+        self.cache.copy_prefix(source, targets, length)
 
     def load_weights(self, model_dir: str | pathlib.Path) -> None:
         """Replace the weights in place with the checkpoint in ``model_dir`` (same shapes).
@@ -178,6 +198,8 @@ class ModelRunner:
         with torch.no_grad():
             for key, tensor in state.items():
                 own[key].copy_(tensor)
+        if self.fused is not None:
+            self.fused.refresh()
         return sorted(state)
 
 

@@ -32,6 +32,11 @@ WEIGHT_UPDATE_POLICIES = ("wait", "abort")
 PREFILL_TOKEN_BUDGET = 8192
 
 
+#: Seeds the generators of unseeded requests (``random.Random()`` would read the OS's
+#: entropy for each one).
+_ENTROPY = random.Random()
+
+
 @dataclass(eq=False)
 class Sequence:
     """One generation request as the scheduler tracks it (compared by identity: finishing
@@ -46,7 +51,7 @@ class Sequence:
     finish_reason: dict[str, Any] | None = None
     weight_version: str = ""
     slot: int = -1
-    rng: random.Random = field(default_factory=random.Random)
+    rng: random.Random = field(default_factory=lambda: random.Random(_ENTROPY.getrandbits(64)))
     started: float = field(default_factory=time.monotonic)
     prompt_key: tuple[int, ...] = ()
 
@@ -358,12 +363,28 @@ class Scheduler:
         return logits.index_put((torch.tensor(rows), torch.tensor(cols)),
                                 torch.tensor(float("-inf"), dtype=logits.dtype))
 
+    def _release_slot(self, seq: Sequence) -> None:
+        """Take ``seq`` out of the running batch. The running sequences stay in slots
+        ``0 .. n-1``, in slot order: the one in the highest slot moves (its keys and values
+        copied) into the freed one. So each decode step reads one contiguous block of the
+        cache instead of gathering a copy of every row, layer by layer."""
+        index = self._running.index(seq)
+        self._running.pop(index)
+        self._batch_generation += 1
+        last = self._running[-1] if self._running else None
+        if last is None or last.slot < seq.slot:
+            heapq.heappush(self._free_slots, seq.slot)
+            return
+        self.runner.copy_prefix(last.slot, [seq.slot], last.length)
+        heapq.heappush(self._free_slots, last.slot)
+        last.slot = seq.slot
+        self._running.pop()
+        self._running.insert(index, last)
+
     def _finish(self, seq: Sequence, reason: dict[str, Any]) -> None:
         seq.finish_reason = reason
         if seq in self._running:
-            self._running.remove(seq)
-            self._batch_generation += 1
-            heapq.heappush(self._free_slots, seq.slot)
+            self._release_slot(seq)
             shared = self._prompts.get(seq.prompt_key)
             if shared is not None:
                 shared.holders = [s for s in shared.holders if s is not seq]

@@ -1,0 +1,148 @@
+"""The decoder layers of plain Llama/Qwen3 models as a few torch calls per layer.
+
+On a CPU a small model's decode step is bound by how many operations it issues, not by
+arithmetic: transformers' layers spend much of a step in module calls and separate q/k/v and
+gate/up projections. This runs the same computation with the query/key/value and gate/up
+weights concatenated (one matrix product each), fused RMSNorm and no module dispatch. The
+weights are the model's own parameters; the concatenated ones are copies, rebuilt by
+:meth:`FusedDecoder.refresh` whenever the weights change. Models it does not cover (biases,
+other rotary types, sliding windows, other architectures) keep transformers' layers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+ARCHITECTURES = ("llama", "qwen3")
+
+
+def unsupported(config: Any) -> str | None:
+    """Why ``config`` cannot use the fused layers, or None when it can."""
+    if config.model_type not in ARCHITECTURES:
+        return f"model type {config.model_type!r}"
+    if getattr(config, "attention_bias", False) or getattr(config, "mlp_bias", False):
+        return "biases"
+    if getattr(config, "hidden_act", "silu") != "silu":
+        return f"activation {config.hidden_act!r}"
+    rope = getattr(config, "rope_parameters", None) or {}
+    if rope.get("rope_type", "default") != "default":
+        return f"rope type {rope.get('rope_type')!r}"
+    if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", False):
+        return "sliding-window attention"
+    return None
+
+
+@dataclass
+class _Layer:
+    input_norm: torch.Tensor
+    post_norm: torch.Tensor
+    qkv: torch.Tensor
+    out: torch.Tensor
+    gate_up: torch.Tensor
+    down: torch.Tensor
+    q_norm: torch.Tensor | None
+    k_norm: torch.Tensor | None
+
+
+class FusedDecoder:
+    """Runs a transformers Llama/Qwen3 model's decoder layers (see the module docstring)."""
+
+    def __init__(self, model: Any) -> None:
+        config = model.config
+        self.model = model
+        self.backbone = model.model
+        self.heads = config.num_attention_heads
+        self.kv_heads = config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.hidden = config.hidden_size
+        self.eps = config.rms_norm_eps
+        self.scale = self.head_dim ** -0.5
+        self.inv_freq = self.backbone.rotary_emb.inv_freq
+        self.attention_scaling = self.backbone.rotary_emb.attention_scaling
+        self.layers: list[_Layer] = []
+        self.refresh()
+
+    @torch.no_grad()
+    def refresh(self) -> None:
+        """Rebuild the concatenated weights from the model's parameters (after a load)."""
+        self.layers = []
+        for layer in self.backbone.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            q_norm = getattr(attn, "q_norm", None)
+            k_norm = getattr(attn, "k_norm", None)
+            self.layers.append(_Layer(
+                input_norm=layer.input_layernorm.weight,
+                post_norm=layer.post_attention_layernorm.weight,
+                qkv=torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]),
+                out=attn.o_proj.weight,
+                gate_up=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
+                down=mlp.down_proj.weight,
+                q_norm=None if q_norm is None else q_norm.weight,
+                k_norm=None if k_norm is None else k_norm.weight))
+
+    def _rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = positions[..., None].float() * self.inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return ((emb.cos() * self.attention_scaling)[:, None],
+                (emb.sin() * self.attention_scaling)[:, None])
+
+    @staticmethod
+    def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        half = x.shape[-1] // 2
+        return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+    def _attention(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                   mask: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """q [B, H, T, D] against the cache's [B, Hkv, L, D]; returns [B, T, H*D]."""
+        batch, _, width, dim = q.shape
+        groups = self.heads // self.kv_heads
+        if bias is not None:
+            # decode, one query per row: each key head's query heads as the rows of one
+            # batched product with that head's keys, read from the cache without a copy
+            rows, length = batch * self.kv_heads, keys.shape[2]
+            scores = torch.baddbmm(bias, q.reshape(rows, groups, dim),
+                                   keys.reshape(rows, length, dim).transpose(1, 2),
+                                   alpha=self.scale)
+            out = torch.bmm(torch.softmax(scores, dim=-1), values.reshape(rows, length, dim))
+            return out.reshape(batch, 1, self.heads * dim)
+        if groups > 1:
+            keys = keys.repeat_interleave(groups, dim=1)
+            values = values.repeat_interleave(groups, dim=1)
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.scale)
+        return out.transpose(1, 2).reshape(batch, width, self.heads * dim)
+
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
+                cache: Any) -> torch.Tensor:
+        """Hidden states [B, T, hidden] after the last layer (before the final norm)."""
+        batch, width = ids.shape
+        hidden = F.embedding(ids, self.backbone.embed_tokens.weight)
+        bias = None
+        if width == 1:  # the mask as an additive bias, one row per (sequence, key head)
+            bias = torch.zeros(mask.shape[0], 1, mask.shape[-1]).masked_fill_(
+                ~mask.reshape(mask.shape[0], 1, -1), float("-inf"))
+            bias = bias.repeat_interleave(self.kv_heads, dim=0)
+        cos, sin = self._rotary(positions)
+        q_size = self.heads * self.head_dim
+        kv_size = self.kv_heads * self.head_dim
+        for index, layer in enumerate(self.layers):
+            x = F.rms_norm(hidden, (self.hidden,), layer.input_norm, self.eps)
+            q, k, v = F.linear(x, layer.qkv).split([q_size, kv_size, kv_size], dim=-1)
+            q = q.view(batch, width, self.heads, self.head_dim)
+            k = k.view(batch, width, self.kv_heads, self.head_dim)
+            if layer.q_norm is not None:
+                q = F.rms_norm(q, (self.head_dim,), layer.q_norm, self.eps)
+                k = F.rms_norm(k, (self.head_dim,), layer.k_norm, self.eps)
+            q = self._rotate(q.transpose(1, 2), cos, sin)
+            k = self._rotate(k.transpose(1, 2), cos, sin)
+            v = v.view(batch, width, self.kv_heads, self.head_dim).transpose(1, 2)
+            keys, values = cache.update(k, v, index)
+            hidden = hidden + F.linear(self._attention(q, keys, values, mask, bias),
+                                       layer.out)
+            x = F.rms_norm(hidden, (self.hidden,), layer.post_norm, self.eps)
+            gate, up = F.linear(x, layer.gate_up).chunk(2, dim=-1)
+            hidden = hidden + F.linear(F.silu(gate) * up, layer.down)
+        return hidden
