@@ -329,11 +329,15 @@ class SGLangTransport(Transport):
 
     async def weight_group_ranks(self) -> dict[str, int]:
         async def one(url: str) -> int:
-            try:
-                info = await self._request("GET", url, "/get_server_info",
-                                           timeout=self.options.control_timeout)
-            except TransportError:
-                return 1
+            info: Any = None
+            # /server_info in SGLang 0.5.23 (/get_server_info is its deprecated alias)
+            for path in ("/server_info", "/get_server_info"):
+                try:
+                    info = await self._request("GET", url, path, retry=False,
+                                               timeout=self.options.control_timeout)
+                    break
+                except TransportError:
+                    continue
             info = info if isinstance(info, dict) else {}
             # SGLang 0.5.23 takes an update only inside /begin_weight_update ...
             # /end_weight_update; an engine that says it does not need that saves two calls

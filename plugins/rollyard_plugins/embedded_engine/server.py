@@ -63,6 +63,7 @@ class EngineServer:
             web.get("/health", self.health), web.get("/health_generate", self.health),
             web.get("/get_model_info", self.model_info), web.get("/model_info", self.model_info),
             web.get("/get_server_info", self.server_info),
+            web.get("/server_info", self.server_info),
             web.get("/get_weight_version", self.weight_version),
             web.post("/update_weights_from_disk", self.update_weights_from_disk),
             web.post("/init_weights_update_group", self.init_weights_update_group),
