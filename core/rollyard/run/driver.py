@@ -338,8 +338,8 @@ class RunSession:
                 f"{config.failure_threshold:.0%}); most common: "
                 + "; ".join(failure_reasons(samples)))
         trained = [s for s in draw.training_samples(config.groups_per_step) if s.usable]
-        self.checkpoints.fault("train", step)
         await self.checkpoints.settle()  # the trainer's part of a checkpoint is written
+        self.checkpoints.fault("train", step)
         train_started = time.perf_counter()
         train_metrics = await asyncio.to_thread(self.group.train, trained)
         metrics["time/train_s"] = time.perf_counter() - train_started

@@ -8,7 +8,8 @@
 * ``pause`` — wait there (up to :data:`PAUSE_LIMIT_S`) until the run is signalled, so that a
   test can signal or kill it at a known point.
 
-POINTs: ``train`` (a step's samples are drawn, the update has not started), and the stages of a
+POINTs: ``train`` (a step's samples are drawn, earlier saves are complete, the update has not
+started), and the stages of a
 checkpoint save: ``save:trainer`` (the Megatron state is written), ``save:written`` (every part
 is written and synced, the folder not yet renamed), ``save:renamed`` (the folder is complete,
 the ``latest`` pointer not yet moved to it).
