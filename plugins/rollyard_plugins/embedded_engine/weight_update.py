@@ -15,6 +15,7 @@ receive give up after ``timeout_s`` (an engine option) rather than hang.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -56,8 +57,10 @@ class WeightUpdateGroups:
         self.timeout_s = timeout_s
         self._groups: dict[str, Any] = {}
         self._lock = threading.Lock()
-        #: One receive at a time, in the order the requests arrived.
-        self._receiving = threading.Lock()
+        #: Receives run one at a time, in the order the requests arrived, on one daemon
+        #: thread started on first use (a thread per update would have to be scheduled first).
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future]] = queue.SimpleQueue()
+        self._receiver: threading.Thread | None = None
 
     @property
     def names(self) -> list[str]:
@@ -124,11 +127,24 @@ class WeightUpdateGroups:
                              "`init_weights_update_group` first.")
 
         def job() -> Any:
-            with self._receiving:
-                received = self._receive(pg, specs, load_format)
+            received = self._receive(pg, specs, load_format)
             return received if then is None else then(received)
 
-        return in_daemon_thread(job, "weight-receive")
+        future: Future = Future()
+        if self._receiver is None:
+            self._receiver = threading.Thread(target=self._receive_loop, name="weight-receive",
+                                              daemon=True)
+            self._receiver.start()
+        self._jobs.put((job, future))
+        return future
+
+    def _receive_loop(self) -> None:
+        while True:
+            job, future = self._jobs.get()
+            try:
+                future.set_result(job())
+            except BaseException as exc:
+                future.set_exception(exc)
 
     @staticmethod
     def _receive(pg: Any, specs: list[TensorSpec],
