@@ -63,3 +63,10 @@ def test_nothing_is_redrawn_when_equal_groups_are_kept():
     drawn = asyncio.run(draw_groups(engine, wanted=3, budget=12, refill=False))
     assert engine.calls == [3] and drawn.metrics()["rollout/resamples"] == 0.0
     assert isinstance(drawn, GroupDraw)
+
+
+def test_kept_equal_groups_are_trained_on():
+    engine = Engine([False, True, False])
+    drawn = asyncio.run(draw_groups(engine, wanted=3, budget=12, refill=False))
+    assert len(drawn.training_samples(3, signal_only=False)) == 6
+    assert len(drawn.training_samples(3)) == 2

@@ -337,7 +337,8 @@ class RunSession:
                 f"step {step}: {bad:.0%} of samples failed or aborted (threshold "
                 f"{config.failure_threshold:.0%}); most common: "
                 + "; ".join(failure_reasons(samples)))
-        trained = [s for s in draw.training_samples(config.groups_per_step) if s.usable]
+        trained = [s for s in draw.training_samples(
+            config.groups_per_step, signal_only=self.group.filters_zero_variance) if s.usable]
         await self.checkpoints.settle()  # the trainer's part of a checkpoint is written
         self.checkpoints.fault("train", step)
         train_started = time.perf_counter()

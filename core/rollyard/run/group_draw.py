@@ -49,10 +49,11 @@ class GroupDraw:
         groups = self.groups()
         return sum(not has_signal(g) for g in groups) / len(groups) if groups else 0.0
 
-    def training_samples(self, wanted: int) -> list[Sample]:
-        """The first ``wanted`` groups with a signal, or, when there are none, every group
-        (the trainer then decides: it skips them when filtering, trains when not)."""
-        signal = [g for g in self.groups() if has_signal(g)]
+    def training_samples(self, wanted: int, signal_only: bool = True) -> list[Sample]:
+        """The first ``wanted`` groups with a signal (``signal_only``), else the first
+        ``wanted`` groups; with no signal group at all, the first ``wanted`` groups (the
+        trainer then skips them when it filters, trains when not)."""
+        signal = [g for g in self.groups() if has_signal(g)] if signal_only else []
         chosen = signal[:wanted] if signal else self.groups()[:wanted]
         return [s for group in chosen for s in group]
 
