@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-from rollyard.run.group_draw import GroupDraw, draw_groups, has_signal, resample_budget
+import pytest
+from rollyard.run.group_draw import draw_groups, has_signal, resample_budget
 from rollyard.types import Sample, SampleStatus
 
 
@@ -62,7 +63,7 @@ def test_nothing_is_redrawn_when_equal_groups_are_kept():
     engine = Engine([False, False, True])
     drawn = asyncio.run(draw_groups(engine, wanted=3, budget=12, refill=False))
     assert engine.calls == [3] and drawn.metrics()["rollout/resamples"] == 0.0
-    assert isinstance(drawn, GroupDraw)
+    assert drawn.metrics()["rollout/zero_variance_share"] == pytest.approx(2 / 3)
 
 
 def test_kept_equal_groups_are_trained_on():

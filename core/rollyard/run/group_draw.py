@@ -20,21 +20,26 @@ class GroupDraw:
 
     def __init__(self, samples: list[Sample], env_metrics: dict[str, float]) -> None:
         self.samples: list[Sample] = []
-        self.env_metrics: dict[str, float] = {}
-        self.groups_drawn = 0
-        self.resamples = 0
-        self.first_zero_variance_share = 0.0
+        self.draws = 0
         self._env: dict[str, list[float]] = defaultdict(list)
         self.add(samples, env_metrics)
-        self.resamples = 0
+        #: share of the first draw's groups without a signal (before any redraw)
+        self.first_zero_variance_share = self.zero_variance_share()
 
     def add(self, samples: list[Sample], env_metrics: dict[str, float]) -> None:
         self.samples += samples
-        self.groups_drawn = len(self.groups())
-        self.resamples += 1
+        self.draws += 1
         for key, value in env_metrics.items():
             self._env[key].append(value)
-        self.env_metrics = {k: sum(v) / len(v) for k, v in self._env.items()}
+
+    @property
+    def groups_drawn(self) -> int:
+        return len(self.groups())
+
+    @property
+    def env_metrics(self) -> dict[str, float]:
+        """Each environment metric averaged over the draws."""
+        return {k: sum(v) / len(v) for k, v in self._env.items()}
 
     def groups(self) -> list[list[Sample]]:
         by_id: dict[str, list[Sample]] = defaultdict(list)
@@ -59,7 +64,7 @@ class GroupDraw:
 
     def metrics(self) -> dict[str, float]:
         return {"rollout/zero_variance_share": self.first_zero_variance_share,
-                "rollout/resamples": float(self.resamples),
+                "rollout/resamples": float(self.draws - 1),
                 "rollout/groups_drawn": float(self.groups_drawn),
                 "rollout/signal_groups": float(self.signal_groups())}
 
@@ -76,7 +81,6 @@ async def draw_groups(draw: Draw, wanted: int, budget: int, refill: bool) -> Gro
     """Draw ``wanted`` groups; with ``refill`` (groups with equal rewards are filtered), draw
     the shortfall again, within ``budget`` groups in all, until ``wanted`` carry a signal."""
     groups = GroupDraw(*await draw(wanted))
-    groups.first_zero_variance_share = groups.zero_variance_share()
     while refill and groups.signal_groups() < wanted and groups.groups_drawn < budget:
         groups.add(*await draw(min(wanted - groups.signal_groups(),
                                    budget - groups.groups_drawn)))

@@ -27,7 +27,8 @@ from rollyard.errors import (
     TransportError,
 )
 from rollyard.interfaces import RewardContext, Rollout, RolloutContext
-from rollyard.options import construct_options, options_data
+from rollyard.options import build_options, options_data
+from rollyard.plugin_options import options_prefix
 from rollyard.plugins import PluginManager, PluginWarning
 from rollyard.rewards import RewardSet
 from rollyard.run.collect import checked
@@ -96,7 +97,8 @@ def check_plugin(plugin: str | object, *, name: str | None = None,
     for rollout_name in rollouts:
         rollout_cls = manager.get("rollout", rollout_name)
         report.extend(check_rollout(
-            rollout_cls, options=_with(run_config.options_for(rollout_cls, label), options),
+            rollout_cls,
+            options=_with(rollout_cls, run_config.options_for(rollout_cls, label), options),
             tokenizer=tokenizer, config=config, replies=replies, plugin=label,
             group_size=group_size, timeout_s=timeout_s, manager=manager))
     if not rollouts:
@@ -104,8 +106,9 @@ def check_plugin(plugin: str | object, *, name: str | None = None,
     scored = {r for n in rollouts for r in manager.get("rollout", n).default_rewards}
     for reward_name in record.registers.get("reward", []):
         if reward_name not in scored:
-            reward_options = _with(
-                run_config.options_for(manager.get("reward", reward_name), label), options)
+            reward_cls = manager.get("reward", reward_name)
+            reward_options = _with(reward_cls, run_config.options_for(reward_cls, label),
+                                   options)
             _check_reward_builds(report, where, manager, reward_name, reward_options, tokenizer)
     return report
 
@@ -139,14 +142,15 @@ def core_defaults() -> dict[str, Any]:
     return RunConfig().to_data()
 
 
-def _with(options: Any, overrides: Mapping[str, Any] | None) -> Any:
-    """``options`` with ``overrides`` (by option name) applied, typed or dict alike."""
+def _with(cls: type, options: Any, overrides: Mapping[str, Any] | None) -> Any:
+    """The options of ``cls`` with ``overrides`` (by option name) applied and checked, typed
+    or dict alike."""
     if not overrides:
         return options
     if isinstance(options, Mapping):
         return {**options, **overrides}
-    prefix = getattr(options, "__qualname__", type(options).__name__)
-    return construct_options(type(options), prefix, {**options_data(options), **overrides})
+    return build_options(type(options), options_prefix(cls),
+                         {**options_data(options), **overrides})
 
 
 def _check_options(report: ConformanceReport, manager: PluginManager, label: str,
