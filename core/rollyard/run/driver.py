@@ -8,6 +8,7 @@ import contextlib
 import random
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -180,20 +181,24 @@ def run_training(config: RunConfig, manager: PluginManager,
     try:
         engine = (selection.engine(selection.options("engine", config.engine))
                   if selection.engine else None)
-        group = TrainGroup(model_dir=str(model_dir), config=train_config, tp=config.train_tp,
-                           dp=config.train_dp)
-        try:
-            if checkpoint is not None:
-                group.load_checkpoint(str(checkpoint.trainer_dir.resolve()))
-            with EngineFleet(engine, str(model_dir), config.num_engines,
-                             list(config.engine_url) or None) as fleet:
-                fleet.start()
+        with EngineFleet(engine, str(model_dir), config.num_engines,
+                         list(config.engine_url) or None) as fleet:
+            with ThreadPoolExecutor(max_workers=1) as launcher:
+                # the engines start while the train group builds: both mostly wait on the
+                # processes they start
+                engines_up = launcher.submit(fleet.start)
+                group = TrainGroup(model_dir=str(model_dir), config=train_config,
+                                   tp=config.train_tp, dp=config.train_dp)
+            try:
+                engines_up.result()
+                if checkpoint is not None:
+                    group.load_checkpoint(str(checkpoint.trainer_dir.resolve()))
                 session = RunSession(config, selection, run_dir, model_dir, fleet, group,
                                      RunCheckpoints(run_dir, config.save_interval, stop,
                                                     checkpoint))
                 asyncio.run(session.run())
-        finally:
-            group.shutdown()
+            finally:
+                group.shutdown()
         status = "completed"
     except RunStopped:
         status = "interrupted"
@@ -238,19 +243,10 @@ class RunSession:
         """The weight version the engines serve (0: the initial model)."""
         return self.weight_sync.version
 
-    @weight_version.setter
-    def weight_version(self, version: int) -> None:
-        self.weight_sync.version = version
-
     @property
     def weights_dir(self) -> str | None:
         """The exported folder of the weights the engines serve, if there is one."""
         return self.weight_sync.current_weights_dir
-
-    @weights_dir.setter
-    def weights_dir(self, folder: str | None) -> None:
-        self.weight_sync.weights_dir = folder
-        self.weight_sync.exported_version = self.weight_sync.version
 
     def rollout_spec(self) -> RolloutSpec:
         config = self.config
@@ -347,7 +343,7 @@ class RunSession:
         metrics.update({f"train/{k}": v for k, v in train_metrics.items()})
         sync_started = time.perf_counter()
         if train_metrics.get("num_samples_trained", 0) > 0:
-            _, restarted_now = await self.push_weights(transport, step)
+            restarted_now = await self.push_weights(transport, step)
             metrics["engines/restarted"] += restarted_now
         metrics["time/weight_sync_s"] = time.perf_counter() - sync_started
         metrics.update({"time/step_s": time.perf_counter() - started, "time/rollout_s": rollout_s,
@@ -370,9 +366,8 @@ class RunSession:
                                                  config.max_resample_factor),
                                  refill=self.group.filters_zero_variance)
 
-    async def push_weights(self, transport: Any, step: int) -> tuple[str | None, int]:
+    async def push_weights(self, transport: Any, step: int) -> int:
         """Make every engine serve the policy as weight version ``step`` (``--weight-sync``,
-        :mod:`rollyard.run.weight_sync`). Returns the exported folder of these weights, if
-        any, and how many dead engines were relaunched on the way."""
-        restarted = await self.weight_sync.push(transport, step)
-        return self.weights_dir, restarted
+        :mod:`rollyard.run.weight_sync`); returns how many dead engines were relaunched on
+        the way."""
+        return await self.weight_sync.push(transport, step)

@@ -143,5 +143,4 @@ class RunCheckpoints:
         tasks.load_state_dict(checkpoint.state["tasks"])
         version = int(checkpoint.state["weight_version"])
         if version:  # the engines serve the restored policy, under its version, as before
-            session.weights_dir, _ = await session.push_weights(transport, version)
-            session.weight_version = version
+            await session.push_weights(transport, version)
