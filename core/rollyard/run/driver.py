@@ -110,6 +110,12 @@ class PluginSelection:
         return {table_of(self.manager.get(kind, name), self.manager.owner(kind, name).name)
                 for kind, name in selected} | observer_tables(self.manager)
 
+    def selected_config(self) -> RunConfig:
+        """The config with the option tables of the selected plugins only."""
+        return self.config.replace(plugin_options={
+            table: values for table, values in self.config.plugin_options.items()
+            if table in self.tables()})
+
     def check_unused_options(self, defaults: RunConfig) -> None:
         """A ConfigError for options set for a plugin this run does not use (``--dapo-clip-high``
         with ``--algorithm grpo``): they would be ignored silently."""
@@ -153,9 +159,7 @@ def run_training(config: RunConfig, manager: PluginManager,
     selection = PluginSelection(config, manager)
     if defaults is not None:
         selection.check_unused_options(defaults)
-    config = config.replace(plugin_options={
-        table: values for table, values in config.plugin_options.items()
-        if table in selection.tables()})
+    config = selection.selected_config()
     run_dir = Path(resume) if resume else make_run_dir(config)
     model_dir = Path(config.model) if config.model else default_model_dir(
         run_dir.parent if resume else Path(config.runs_dir), config.seed)

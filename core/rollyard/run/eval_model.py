@@ -21,6 +21,7 @@ def evaluate_model(config: RunConfig, manager: PluginManager) -> dict[str, float
     from rollyard.run.rollout_workers import RolloutWorker
 
     selection = PluginSelection(config, manager)
+    config = selection.selected_config()
     model_dir = (Path(config.model) if config.model
                  else default_model_dir(Path(config.runs_dir), config.seed))
     if not (model_dir / "config.json").exists():
