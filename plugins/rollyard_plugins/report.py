@@ -108,12 +108,19 @@ def elapsed(run: RunRecord) -> list[float]:
 
 def summary_table(runs: list[RunRecord], smoothing: float) -> Any:
     """The terminal summary: one row per run."""
+    from rich import box
     from rich.table import Table
 
-    table = Table(title="rollyard report")
-    for column in ("run", "steps", "time", "reward first → last", "reward smoothed",
-                   "eval reward", "eval pass@1", "failed", "step time"):
-        table.add_column(column, justify="left" if column == "run" else "right")
+    table = Table(title="rollyard report", box=box.SIMPLE_HEAD, pad_edge=False)
+    for column in ("run", "steps", "time", "first", "last", "smoothed", "eval", "pass@1",
+                   "failed", "step"):
+        if column == "run":
+            table.add_column(column, overflow="fold")
+        else:
+            table.add_column(column, justify="right")
+    table.caption = ("first, last: the first and last step's mean reward; smoothed: its "
+                     "moving average at the end; eval, pass@1: the last evaluation; failed: "
+                     "mean share of samples failed or aborted; step: mean seconds per step")
     for run in runs:
         rewards = run.series("reward/mean")[1]
         failed = [row.get("samples/failed_rate", 0.0) + row.get("samples/aborted_rate", 0.0)
@@ -121,7 +128,7 @@ def summary_table(runs: list[RunRecord], smoothing: float) -> Any:
         steps = [row.get("time/step_s", 0.0) for row in run.rows]
         table.add_row(
             run.label, str(run.rows[-1]["step"]), f"{elapsed(run)[-1]:.0f}s",
-            f"{rewards[0]:.3f} → {rewards[-1]:.3f}" if rewards else "–",
+            _number(rewards[0] if rewards else None), _number(run.last("reward/mean")),
             f"{smooth(rewards, smoothing)[-1]:.3f}" if rewards else "–",
             _number(run.last("eval/reward")), _number(run.last("eval/pass@1")),
             f"{sum(failed) / len(failed):.1%}", f"{sum(steps) / len(steps):.2f}s")
@@ -167,7 +174,7 @@ def write_plots(runs: list[RunRecord], out: Path, smoothing: float) -> list[Path
                     continue
                 color = f"C{i}"
                 ax.plot([p[0] for p in points], [p[1] for p in points], color=color,
-                        alpha=0.3, linewidth=1)
+                        alpha=0.3, linewidth=1, label=f"{run.label} (raw)")
                 ax.plot([p[0] for p in points], smooth([p[1] for p in points], smoothing),
                         color=color, label=f"{run.label} (smoothed)")
             return bool(ax.lines)

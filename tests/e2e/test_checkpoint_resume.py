@@ -172,8 +172,9 @@ def test_tensorboard_has_every_metric_and_a_sample_table(observed):
     metrics = raw_rows(observed)
     keys = {key for row in metrics for key in row if key != "step"}
     assert set(events.Tags()["scalars"]) == keys
-    rewards = [(e.step, e.value) for e in events.Scalars("reward/mean")]
-    assert rewards == pytest.approx([(r["step"], r["reward/mean"]) for r in metrics])
+    rewards = events.Scalars("reward/mean")
+    assert [e.step for e in rewards] == [r["step"] for r in metrics]
+    assert [e.value for e in rewards] == pytest.approx([r["reward/mean"] for r in metrics])
     tables = events.Tensors("samples")
     assert [t.step for t in tables] == list(range(1, STEPS + 1))
     text = tables[0].tensor_proto.string_val[0].decode()
