@@ -133,3 +133,21 @@ def test_report_refuses_a_folder_that_is_not_a_run(report, tmp_path):
     status, err = report(str(empty))
     assert status == 1 and "has no finished step yet" in err
     assert not Path("report").exists()
+
+
+def test_a_resumed_run_replaces_the_tensorboard_steps_after_its_checkpoint(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    config = {**RunConfig().to_data(), "tensorboard": {"enabled": True, "samples": 0}}
+    first = TensorBoardLogger()
+    first.on_run_start(config, str(tmp_path), 0)
+    for step in (1, 2, 3):
+        first.on_step_end(step, {"reward/mean": float(step)})
+    first.on_run_end(str(tmp_path), "interrupted", None)
+    resumed = TensorBoardLogger()  # the checkpoint was at step 1
+    resumed.on_run_start(config, str(tmp_path), 1)
+    resumed.on_step_end(2, {"reward/mean": 20.0})
+    resumed.on_run_end(str(tmp_path), "completed", None)
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("reward/mean")] == [(1, 1.0), (2, 20.0)]
