@@ -34,7 +34,7 @@ def step_line(step: int, metrics: dict[str, float]) -> str:
 
 @hookimpl
 def on_step_end(step, metrics):
-    console.print(step_line(step, metrics))
+    console.print(step_line(step, metrics), soft_wrap=True)  # one line, however narrow
 
 
 @hookimpl
