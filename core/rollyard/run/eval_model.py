@@ -29,7 +29,6 @@ def evaluate_model(config: RunConfig, manager: PluginManager) -> dict[str, float
                           "model folder is expected)")
     engine = (selection.engine(selection.options("engine", config.engine))
               if selection.engine else None)
-    started = time.perf_counter()
     with EngineFleet(engine, str(model_dir), config.num_engines,
                      list(config.engine_url) or None) as fleet:
         worker = RolloutWorker(rollout_spec(config, selection, model_dir, fleet.start()), 0)
@@ -37,10 +36,11 @@ def evaluate_model(config: RunConfig, manager: PluginManager) -> dict[str, float
         async def evaluate() -> dict[str, float]:
             try:
                 plan = EvalPlan.of(config, worker.num_tasks("eval"), config.rollout_plugin)
-                return await run_evaluation(plan, worker.evaluate, config.seed, 0)
+                started = time.perf_counter()
+                metrics = await run_evaluation(plan, worker.evaluate, config.seed, 0)
+                metrics["time/eval_s"] = time.perf_counter() - started  # engines up
+                return metrics
             finally:
                 await worker.close()
 
-        metrics = asyncio.run(evaluate())
-    metrics["time/eval_s"] = time.perf_counter() - started
-    return metrics
+        return asyncio.run(evaluate())
