@@ -25,6 +25,7 @@ from rollyard.run.collect import (
     placeholder,
     with_text,
 )
+from rollyard.seeding import derive_seed
 from rollyard.types import Sample, SampleStatus, SamplingParams, Task
 
 
@@ -100,14 +101,17 @@ class RolloutWorker:
     async def evaluate(self, indices: list[int], seeds: list[int | None],
                        ) -> tuple[list[Sample], list[bool], dict[str, float]]:
         """``--eval-samples`` episodes of each eval task index, through a rollout instance of
-        its own (its own rng, ``--eval-temperature``): the training rollout's state is not
-        touched. Returns the samples, whether each solved its task, and the metrics."""
+        its own (``--eval-temperature``; its rng seeded from ``seeds`` at every evaluation, so
+        that an evaluation depends on the run's seed and step only, across a resume too): the
+        training rollout's state is not touched. Returns the samples, whether each solved its
+        task, and the metrics."""
         if self._eval_rollout is None:
             config = self.config
             self._eval_rollout = self._rollout(
-                random.Random(f"{config.seed}-eval-{self.index}"),
-                replace(run_sampling(config), temperature=config.eval_temperature))
+                random.Random(), replace(run_sampling(config),
+                                         temperature=config.eval_temperature))
         rollout = self._eval_rollout
+        rollout.context.rng.seed(derive_seed("eval-rng", *seeds))
         tasks = [self.tasks("eval")[i] for i in indices]
         settings = replace(self.settings, group_size=self.config.eval_samples)
         samples = await collect_step(rollout, self.rewards, tasks, settings, seeds)
