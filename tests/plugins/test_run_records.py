@@ -151,3 +151,18 @@ def test_a_resumed_run_replaces_the_tensorboard_steps_after_its_checkpoint(tmp_p
     events = EventAccumulator(str(tmp_path / "tensorboard"))
     events.Reload()
     assert [(e.step, e.value) for e in events.Scalars("reward/mean")] == [(1, 1.0), (2, 20.0)]
+
+
+def test_tensorboard_without_its_package_is_refused_with_the_options(monkeypatch):
+    import importlib.util
+
+    from rollyard.errors import ConfigError
+    from rollyard.options import build_options
+    from rollyard_plugins.loggers.tensorboard import TensorBoardOptions
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "tensorboard" else real(name, *a))
+    with pytest.raises(ConfigError, match=r"--tensorboard needs the tensorboard package"):
+        build_options(TensorBoardOptions, "tensorboard", {"enabled": True})
+    assert not build_options(TensorBoardOptions, "tensorboard", {}).enabled  # off: no need

@@ -8,6 +8,7 @@ TensorBoard drops the steps after the checkpoint that the first process had logg
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import time
 from dataclasses import dataclass
@@ -15,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from rollyard import Sample, hookimpl
-from rollyard.errors import ConfigError
 from rollyard.options import build_options, non_negative, option
 
 #: Longest prompt or response text shown in a sample table cell.
@@ -31,6 +31,12 @@ class TensorBoardOptions:
                                 "(--tensorboard for short)")
     samples: int = option(4, check=non_negative,
                           help="samples per step in the text table (0: none)")
+
+    def __post_init__(self) -> None:
+        # refused with the options, before anything starts, not when the first event is due
+        if self.enabled and importlib.util.find_spec("tensorboard") is None:
+            raise ValueError("--tensorboard needs the tensorboard package: pip install "
+                             "'rollyard[tensorboard]' (or tensorboard)")
 
 
 class TensorBoardLogger:
@@ -49,11 +55,8 @@ class TensorBoardLogger:
                                      config.get(self.name, {}), "config")
         if not self.options.enabled:
             return
-        try:
-            from tensorboard.summary.writer.event_file_writer import EventFileWriter
-        except ImportError:
-            raise ConfigError("--tensorboard needs the tensorboard package: "
-                              "pip install tensorboard") from None
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
         self.writer = EventFileWriter(str(Path(run_dir) / "tensorboard"))
         if resumed_step:
             from tensorboard.compat.proto.event_pb2 import Event, SessionLog
