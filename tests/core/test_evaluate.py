@@ -53,9 +53,10 @@ def test_a_failed_sample_never_counts_as_solved():
 
 def test_the_plan_takes_the_first_tasks_and_seeds_of_its_own():
     config = RunConfig(eval_tasks=3, eval_samples=2, seed=7)
-    plan = EvalPlan.of(config, 40, "toy")
+    plan = EvalPlan.of(config, 40, "--eval-interval 1")
     assert plan.tasks == [0, 1, 2] and plan.samples == 2
-    assert EvalPlan.of(RunConfig(), 5, "toy").tasks == [0, 1, 2, 3, 4]  # 0: the whole split
+    # --eval-tasks 0: the whole split
+    assert EvalPlan.of(RunConfig(), 5, "rollyard eval").tasks == [0, 1, 2, 3, 4]
     seeds = plan.seeds(7, 4)
     assert len(set(seeds)) == 3 and seeds == plan.seeds(7, 4)
     # never a training group's seed (derive_seed(seed, step, draw index))
@@ -63,8 +64,8 @@ def test_the_plan_takes_the_first_tasks_and_seeds_of_its_own():
 
 
 def test_a_rollout_without_eval_tasks_is_refused_naming_the_option():
-    with pytest.raises(ConfigError, match=r"--eval-interval.*rollout 'mine' has no eval tasks"):
-        EvalPlan.of(RunConfig(eval_interval=5), 0, "mine")
+    with pytest.raises(ConfigError, match=r"^--eval-interval 5: rollout 'toy' has no eval tasks"):
+        EvalPlan.of(RunConfig(eval_interval=5), 0, "--eval-interval 5")
 
 
 NO_EVAL = """
@@ -103,7 +104,8 @@ def test_rollyard_eval_refuses_a_rollout_without_eval_tasks(clean_env, make_dist
     status = cli.main(["eval", "--model", str(tiny_model_dir), "--rollout-plugin", "train-only",
                        "--engine-url", "http://127.0.0.1:9"])
     assert status == 1
-    assert "rollout 'train-only' has no eval tasks" in " ".join(capsys.readouterr().err.split())
+    assert ("rollyard eval: rollout 'train-only' has no eval tasks"
+            in " ".join(capsys.readouterr().err.split()))
 
 
 def test_rollyard_eval_evaluates_a_model_folder(clean_env, tiny_model_dir, embedded_engine,

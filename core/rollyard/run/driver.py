@@ -281,7 +281,8 @@ class RunSession:
         tasks = TaskCycle(await asyncio.to_thread(pool.num_tasks, "train"),
                           random.Random(config.seed))
         plan = (EvalPlan.of(config, await asyncio.to_thread(pool.num_tasks, "eval"),
-                            config.rollout_plugin) if config.eval_interval else None)
+                            f"--eval-interval {config.eval_interval}")
+                if config.eval_interval else None)
         progress = Progress(TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(),
                             TimeElapsedColumn(), disable=not config.progress)
         saves = self.checkpoints

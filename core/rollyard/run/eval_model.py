@@ -35,7 +35,7 @@ def evaluate_model(config: RunConfig, manager: PluginManager) -> dict[str, float
 
         async def evaluate() -> dict[str, float]:
             try:
-                plan = EvalPlan.of(config, worker.num_tasks("eval"), config.rollout_plugin)
+                plan = EvalPlan.of(config, worker.num_tasks("eval"), "rollyard eval")
                 started = time.perf_counter()
                 metrics = await run_evaluation(plan, worker.evaluate, config.seed, 0)
                 metrics["time/eval_s"] = time.perf_counter() - started  # engines up

@@ -39,13 +39,14 @@ class EvalPlan:
     samples: int
 
     @classmethod
-    def of(cls, config: RunConfig, available: int, plugin: str) -> EvalPlan:
+    def of(cls, config: RunConfig, available: int, where: str) -> EvalPlan:
         """The plan of ``config``'s eval options over a split of ``available`` tasks; a
-        ConfigError naming the option when the rollout has no eval task."""
+        ConfigError starting with ``where`` (the option or command that asked for it) when
+        the rollout has no eval task."""
         if available <= 0:
-            raise ConfigError(f"--eval-interval/rollyard eval: rollout {plugin!r} has no eval "
-                              "tasks (its tasks('eval') is empty); drop --eval-interval or "
-                              "choose a rollout with an eval split")
+            raise ConfigError(f"{where}: rollout {config.rollout_plugin!r} has no eval tasks "
+                              "(its tasks('eval') is empty); choose a rollout with an eval "
+                              "split")
         count = min(config.eval_tasks, available) if config.eval_tasks else available
         return cls(list(range(count)), config.eval_samples)
 
