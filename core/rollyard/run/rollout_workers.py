@@ -58,14 +58,15 @@ class RolloutWorker:
         self.rewards = RewardSet(
             {name: manager.get("reward", name)(RewardContext(tokenizer, options("reward", name)))
              for name in spec.reward_weights}, spec.reward_weights)
+        max_tokens = model_max_tokens(spec.model_dir)
         context = RolloutContext(
             config=ConfigView(config), tokenizer=tokenizer, transport=self.transport,
             options=options("rollout", config.rollout_plugin),
-            rng=random.Random(f"{config.seed}-{index}"), sampling=run_sampling(config))
+            rng=random.Random(f"{config.seed}-{index}"), sampling=run_sampling(config),
+            context_length=max_tokens)
         self.rollout = manager.get("rollout", config.rollout_plugin)(context)
         self.settings = CollectSettings(config.group_size, config.max_concurrent_groups,
-                                        config.rollout_timeout,
-                                        max_tokens=model_max_tokens(spec.model_dir))
+                                        config.rollout_timeout, max_tokens=max_tokens)
         self._tasks: dict[str, list[Task]] = {}
 
     def tasks(self, split: str) -> list[Task]:
