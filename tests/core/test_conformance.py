@@ -560,4 +560,4 @@ def test_testing_section_of_the_tutorial_runs(tmp_path):
     assert result.returncode == 0 and "11 passed" in result.stdout, result.stdout
     result = subprocess.run([sys.executable, "snippet.py"], cwd=tmp_path, capture_output=True,
                             text=True, timeout=300, env=env)
-    assert result.stdout.rstrip().endswith("OK: 14 passed, 0 failed, 0 skipped"), result.stderr
+    assert result.stdout.rstrip().endswith("OK: 16 passed, 0 failed, 0 skipped"), result.stderr
