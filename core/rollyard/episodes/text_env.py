@@ -52,7 +52,7 @@ class TextEnv(Rollout):
         async def play(conv: Conversation) -> Sample:
             env = episodes[conv.index]
             total, done = 0.0, False
-            while not done and conv.turns < self.max_turns and not conv.truncated:
+            while not done and conv.turns < env.max_turns and not conv.truncated:
                 turn = await conv.generate()
                 if conv.truncated:
                     break
