@@ -10,8 +10,9 @@ from rollyard_codegolf.sandbox import Sandbox
 from rollyard_codegolf.scoring import failure_reason
 from rollyard_codegolf.tasks import CodegolfTask
 
-#: Characters of the program's output or error shown back to the model at most.
-SHOWN_CHARS = 300
+#: Characters of the program's output (or of its error's last line) shown to the model at
+#: most: the message must fit in the model's context with room to answer.
+SHOWN_CHARS = 80
 
 
 @dataclass(frozen=True)
@@ -26,10 +27,8 @@ class FailedCase:
 
     def message(self) -> str:
         """The user message that shows the failure to the model."""
-        return (f"Your program failed this test ({self.reason}).\nInput:\n```\n{self.stdin}```\n"
-                f"Expected output:\n```\n{self.expected}```\n"
-                f"Your program's output:\n```\n{self.got}\n```\n"
-                "Reply with a corrected program in one ```python fenced block.")
+        return (f"Failed ({self.reason}) on input:\n```\n{self.stdin}```\nexpected:\n```\n"
+                f"{self.expected}```\ngot:\n```\n{self.got}\n```\nFix the program.")
 
 
 def first_failure(code: str | None, task: CodegolfTask, sandbox: Sandbox) -> FailedCase | None:
@@ -43,6 +42,9 @@ def first_failure(code: str | None, task: CodegolfTask, sandbox: Sandbox) -> Fai
         result = sandbox.run(code, stdin)
         reason = failure_reason(result, expected)
         if reason is not None:
-            shown = result.stdout if reason == "wrong_answer" else result.stderr or result.stdout
-            return FailedCase(stdin, expected, reason, shown.strip()[-SHOWN_CHARS:])
+            if reason == "wrong_answer":
+                shown = result.stdout.strip()[:SHOWN_CHARS]
+            else:  # the error's last line says what went wrong
+                shown = (result.stderr.strip().splitlines() or [reason])[-1][-SHOWN_CHARS:]
+            return FailedCase(stdin, expected, reason, shown)
     return None

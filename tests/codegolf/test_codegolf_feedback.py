@@ -22,7 +22,10 @@ def test_first_failure_shows_the_case_and_what_the_program_printed(tasks, sandbo
     failed = first_failure(WRONG, task, sandbox)
     assert (failed.stdin, failed.expected, failed.reason, failed.got) == (
         "hello\n", "olleh\n", "wrong_answer", "hello")
-    assert "Input:\n```\nhello\n```" in failed.message()
+    assert "on input:\n```\nhello\n```\nexpected:\n```\nolleh\n```" in failed.message()
+    crash = first_failure("print(1/0)", task, sandbox)
+    assert (crash.reason, crash.got) == ("runtime_error",
+                                         "ZeroDivisionError: division by zero")
     assert first_failure(RIGHT, task, sandbox) is None
     assert first_failure(None, task, sandbox).reason == "no_code"
 
@@ -41,7 +44,7 @@ def test_a_failing_program_is_shown_its_failure_and_the_last_program_is_scored(
     samples = asyncio.run(group())
     assert len(transport.requests) == 4  # two attempts each: the second program passes
     second = tokenizer.decode(transport.requests[-1].input_ids)
-    assert "Your program failed this test (wrong_answer)" in second and "olleh" in second
+    assert "Failed (wrong_answer) on input:" in second and "olleh" in second
     assert session_problems(transport.calls) == []
     for i, sample in enumerate(samples):
         assert sample.status is SampleStatus.COMPLETED
