@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import argparse
 import re
-from fnmatch import fnmatch
 from dataclasses import dataclass
+from fnmatch import fnmatch
 from pathlib import Path
 from types import SimpleNamespace
 

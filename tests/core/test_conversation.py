@@ -200,3 +200,39 @@ def test_a_step_style_environment_plays_each_episode_on_its_own(rollyard_tokeniz
     assert ("task 'guess-3', episode 2, turn 2: ValueError: four is not allowed"
             in raised.metadata["failure"])
     assert not hasattr(rollout, "seen")  # episodes ran on copies
+
+
+def test_a_play_that_never_generates_fails_its_episode_with_the_reason(rollyard_tokenizer):
+    async def silent(conv):
+        return conv.sample()
+
+    [sample] = asyncio.run(sample_multi_turn(
+        context(rollyard_tokenizer, ScriptedTransport()), TASK, 1, silent))
+    assert sample.status is SampleStatus.FAILED
+    assert "the conversation has no tokens from the model" in sample.metadata["failure"]
+
+
+def test_a_rollout_worker_gives_the_rollout_its_models_context_length(tmp_path,
+                                                                       tiny_model_dir):
+    import json
+    import shutil
+
+    from rollyard.config import RunConfig
+    from rollyard.run.rollout_workers import RolloutSpec, RolloutWorker
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model, ignore=shutil.ignore_patterns("*.safetensors"))
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 300}))
+    spec = RolloutSpec(RunConfig(rollout_plugin="guess").to_data(), {}, str(model),
+                       ["http://127.0.0.1:1"])
+    context = RolloutWorker(spec, 0).rollout.context
+    assert context.context_length == 300
+    assert context.tokenizer.eos_token_id in context.special_token_ids
+
+
+def test_the_default_context_length_is_the_tiny_models():
+    from rollyard.interfaces import DEFAULT_CONTEXT_LENGTH
+    from rollyard.models.tiny import SIZES
+
+    assert DEFAULT_CONTEXT_LENGTH == SIZES["tiny"]["max_position_embeddings"]

@@ -8,6 +8,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from rollyard.episodes.prompts import ChatTurns, render_prompt
+from rollyard.episodes.single_turn import (
+    episode_sampling,
+    lost_sample,
+    new_group_id,
+    session_id,
+)
 from rollyard.errors import RolloutError, TransportError
 from rollyard.interfaces import RolloutContext
 from rollyard.types import (
@@ -17,14 +24,6 @@ from rollyard.types import (
     Sample,
     SampleStatus,
     Task,
-)
-
-from rollyard.episodes.prompts import ChatTurns, render_prompt
-from rollyard.episodes.single_turn import (
-    episode_sampling,
-    lost_sample,
-    new_group_id,
-    session_id,
 )
 
 

@@ -6,12 +6,18 @@ from __future__ import annotations
 import uuid
 from dataclasses import replace
 
+from rollyard.episodes.prompts import render_prompt
 from rollyard.errors import EngineAborted, TransportError
 from rollyard.interfaces import RolloutContext
 from rollyard.seeding import derive_seed, group_seed, request_seed
-from rollyard.types import GenerateRequest, GenerateResult, Sample, SampleStatus, SamplingParams, Task
-
-from rollyard.episodes.prompts import render_prompt
+from rollyard.types import (
+    GenerateRequest,
+    GenerateResult,
+    Sample,
+    SampleStatus,
+    SamplingParams,
+    Task,
+)
 
 
 def new_group_id(task: Task) -> str:

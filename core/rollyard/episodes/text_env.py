@@ -8,10 +8,9 @@ import inspect
 from abc import abstractmethod
 from typing import Any, ClassVar
 
+from rollyard.episodes.conversation import Conversation, sample_multi_turn
 from rollyard.interfaces import Rollout
 from rollyard.types import Message, Sample, SampleStatus, Task
-
-from rollyard.episodes.conversation import Conversation, sample_multi_turn
 
 #: What ``step`` returns: messages for the model, this turn's reward, whether it is done.
 StepResult = tuple[list[Message], float, bool]
