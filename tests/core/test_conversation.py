@@ -236,3 +236,17 @@ def test_the_default_context_length_is_the_tiny_models():
     from rollyard.models.tiny import SIZES
 
     assert DEFAULT_CONTEXT_LENGTH == SIZES["tiny"]["max_position_embeddings"]
+
+
+class GuessWithPenalty(Guess):
+    """The same game, with a final reward that costs a quarter per turn taken."""
+
+    def final_reward(self):
+        return -0.25 * len(self.seen)
+
+
+def test_a_final_reward_adds_to_the_step_rewards(rollyard_tokenizer):
+    transport = ScriptedTransport(["1", "3"], tokenizer=rollyard_tokenizer, per_session=True)
+    rollout = GuessWithPenalty(context(rollyard_tokenizer, transport))
+    [sample] = asyncio.run(rollout.run_group(TASK, 1))
+    assert sample.reward == -0.25 + 1.0 - 0.5
