@@ -250,3 +250,26 @@ def test_a_final_reward_adds_to_the_step_rewards(rollyard_tokenizer):
     rollout = GuessWithPenalty(context(rollyard_tokenizer, transport))
     [sample] = asyncio.run(rollout.run_group(TASK, 1))
     assert sample.reward == -0.25 + 1.0 - 0.5
+
+
+def test_no_room_to_open_the_next_turn_ends_the_episode_within_the_context(
+        rollyard_tokenizer):
+    async def play(conv):
+        await conv.generate()
+        conv.add_message("user", "higher")
+        filled = len(conv.tokens)
+        await conv.generate()
+        return filled
+
+    def run(context_length):
+        transport = ScriptedTransport(["1"], tokenizer=rollyard_tokenizer, per_session=True)
+        conv = Conversation(context(rollyard_tokenizer, transport,
+                                    context_length=context_length), TASK)
+        return conv, asyncio.run(play(conv)), transport
+
+    roomy, filled, _ = run(512)
+    opening = len(roomy.tokens) - filled - 2  # the reply is "1" and the stop token
+    tight, _, transport = run(filled + opening)  # room for the opening, none to reply
+    assert tight.truncated and len(tight.tokens) == filled <= tight.context.context_length
+    assert len(transport.requests) == 1
+    assert tight.sample().status is SampleStatus.TRUNCATED

@@ -77,11 +77,6 @@ class Conversation:
         """Tokens the conversation may still grow by before the model's context is full."""
         return max(0, self.context.context_length - len(self.tokens))
 
-    @property
-    def response_ids(self) -> list[int]:
-        """Every token after the prompt: the model's and the environment's."""
-        return self.tokens[self.prompt_len:]
-
     async def generate(self, max_new_tokens: int | None = None) -> Turn:
         """Ask the model for its next reply and append it (mask 1, the engine's logprobs).
 
@@ -91,13 +86,17 @@ class Conversation:
         :class:`rollyard.EngineAborted`) as the transport does.
         """
         if self._since and self._chat is not None:
-            self.add_tokens(self._chat.generation_prompt_ids(self._since))
+            opening = self._chat.generation_prompt_ids(self._since)
+            if len(opening) < self.room:  # else no room to open the turn and reply
+                self.add_tokens(opening)
+            else:
+                self.truncated = True
         self._since = []
         sampling = episode_sampling(self.context, self.index, self.turns)
         limit = min(sampling.max_new_tokens, max_new_tokens or sampling.max_new_tokens,
                     self.room)
         self.turns += 1
-        if limit < 1:
+        if limit < 1 or self.truncated:
             self.truncated = True
             turn = Turn("", "length")
             self.replies.append(turn)
