@@ -10,8 +10,7 @@ from rollyard.testing import ScriptedTransport
 from rollyard.testing.traces import sample_problem, session_problems
 from rollyard_codegolf.feedback import first_failure
 from rollyard_codegolf.options import CodegolfOptions
-
-from tests.codegolf.test_codegolf_rollout import make_rollout, reward_set
+from test_codegolf_rollout import make_rollout, reward_set
 
 OPTIONS = CodegolfOptions(timeout=2.0, attempts=3, extract="whole")
 WRONG, RIGHT = "print(input())", "print(input()[::-1])"

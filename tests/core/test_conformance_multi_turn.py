@@ -6,9 +6,8 @@ from __future__ import annotations
 import re
 
 import pytest
+from broken_multi_turn import PLUGINS
 from rollyard.testing import check_plugin
-
-from tests.core.fixtures.broken_multi_turn import PLUGINS
 
 #: Replies as single-byte tokens: the tokenizer would merge them, so a re-tokenised history
 #: differs from what the engine sent.
