@@ -55,3 +55,22 @@ def test_a_re_tokenised_history_fails_naming_the_session_and_turn(rollyard_token
 def test_the_shipped_step_style_game_passes(rollyard_conformance):
     report = rollyard_conformance("guess")
     assert "engine calls per episode" in report.format()
+
+
+def test_episodes_sharing_a_session_id_are_not_taken_for_a_re_tokenised_history(
+        rollyard_tokenizer):
+    from rollyard import GenerateRequest, GenerateResult, SamplingParams
+    from rollyard.testing.traces import session_problems
+
+    def call(ids, output):
+        return (GenerateRequest(ids, SamplingParams(), session_id="task-1"),
+                GenerateResult(output, [-0.5] * len(output), "stop"))
+
+    prompt = [1, 5, 6]
+    interleaved = [call(prompt, [7, 2]), call(prompt, [8, 2]),  # two episodes, one session
+                   call([*prompt, 8, 2, 9], [3, 2]), call([*prompt, 7, 2, 9], [4, 2])]
+    assert session_problems(interleaved) == []
+    edited = [*interleaved, call([*prompt, 7, 9, 9, 3, 2, 9], [2])]
+    [problem] = session_problems(edited)
+    assert problem.startswith("session 'task-1', turn 5: input_ids[4] is 9, but the engine's "
+                              "reply to turn 1 put 2 there")

@@ -14,31 +14,34 @@ TOLERANCE = 1e-6
 
 
 def session_problems(calls: Sequence[Call]) -> list[str]:
-    """A request that repeats the previous request of its session but not the reply the
-    engine gave it: the history was re-tokenised or edited (the first such, per session)."""
-    last: dict[str, Call] = {}
+    """Requests that repeat an earlier request of their session (its input_ids, then more)
+    without the reply the engine gave it: the history was re-tokenised or edited. A request
+    that repeats no earlier one is a new episode that reuses the session id, and is fine.
+    The first such request of each session is named."""
+    earlier: dict[str, list[Call]] = {}
     problems = []
-    turns: dict[str, int] = {}
     for request, result in calls:
-        sid = request.session_id
+        sid, ids = request.session_id, request.input_ids
         if sid is None:
             continue
-        turns[sid] = turns.get(sid, 0) + 1
-        before = last.get(sid)
-        last[sid] = (request, result)
-        if before is None:
+        before = earlier.setdefault(sid, [])
+        continued = [(r, out) for r, out in before
+                     if len(ids) > len(r.input_ids) and ids[:len(r.input_ids)] == r.input_ids]
+        before.append((request, result))
+        if not continued or any(
+                ids[len(r.input_ids):len(r.input_ids) + len(out.output_ids)] == out.output_ids
+                for r, out in continued):
             continue
-        prev_ids, ids = before[0].input_ids, request.input_ids
-        if ids[:len(prev_ids)] != prev_ids:
-            continue  # a new episode that reuses the session id, not a continuation
-        expected = list(prev_ids) + list(before[1].output_ids)
+        last, reply = max(continued, key=lambda call: len(call[0].input_ids))
+        expected = list(last.input_ids) + list(reply.output_ids)
         position = _first_difference(expected, ids)
-        if position is not None:
-            got = ids[position] if position < len(ids) else "the end of input_ids"
+        got = ids[position] if position < len(ids) else "the end of input_ids"
+        if not any(p.startswith(f"session {sid!r},") for p in problems):
             problems.append(
-                f"session {sid!r}, turn {turns[sid]}: input_ids[{position}] is {got}, but "
-                f"the engine's reply of turn {turns[sid] - 1} put {expected[position]} there; "
-                "send the engine's own output_ids back, not a re-tokenised history")
+                f"session {sid!r}, turn {len(before)}: input_ids[{position}] is {got}, but the "
+                f"engine's reply to turn {before.index((last, reply)) + 1} put "
+                f"{expected[position]} there; send the engine's own output_ids back, not a "
+                "re-tokenised history")
     return problems
 
 
@@ -91,8 +94,7 @@ def _engine_spans(sample: Sample, calls: Sequence[Call]) -> list[tuple[int, Gene
     return sorted(found.items(), key=lambda item: item[0])
 
 
-def _first_difference(expected: Sequence[int], got: Sequence[int]) -> int | None:
-    for position, token in enumerate(expected):
-        if position >= len(got) or got[position] != token:
-            return position
-    return None
+def _first_difference(expected: Sequence[int], got: Sequence[int]) -> int:
+    """The first position where ``got`` does not go on as ``expected`` (which it differs
+    from)."""
+    return next(i for i, token in enumerate(expected) if i >= len(got) or got[i] != token)
