@@ -20,7 +20,8 @@ class TextEnv(Rollout):
     """A multi-turn rollout written as ``reset(task)`` and ``step(reply_text)``.
 
     Each episode runs on a shallow copy of the rollout, so ``reset`` may keep the episode's
-    state on ``self``. ``reset`` returns the opening messages (default: the task's prompt);
+    state on ``self`` (assigned there: objects made in ``__init__`` are shared by every
+    copy). ``reset`` returns the opening messages (default: the task's prompt);
     then, up to ``max_turns`` times, the model replies and ``step`` answers with messages to
     append, a reward and whether the episode is done. The sample's reward is the sum of the
     step rewards plus :meth:`final_reward` (``rewards["env"]``); an episode that runs out of
