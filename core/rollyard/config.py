@@ -76,6 +76,15 @@ class RunConfig:
     log_samples_every: int = option(1, group=RUN, check=non_negative, metavar="N",
                                     help="write the samples of every Nth step to samples.jsonl "
                                          "(0: none)")
+    async_rollout: bool = option(
+        False, group=RUN, aliases=("--async",),
+        help="overlap rollouts and training: the rollout of the next step runs while a step "
+             "trains, on the weights the engines serve (at most --max-staleness updates "
+             "behind)")
+    max_staleness: int = option(
+        1, group=RUN, check=non_negative, metavar="K",
+        help="with --async: rollouts run at most K steps ahead of training, and samples "
+             "generated more than K weight updates before the policy they train are dropped")
 
     rollout_plugin: str = option("toy", group=ROLLOUT, metavar="NAME",
                                  help="the environment to train on (see `rollyard plugins`)")
@@ -163,6 +172,9 @@ class RunConfig:
         for spec in core_specs():
             object.__setattr__(self, spec.name, spec.coerce(getattr(self, spec.name),
                                                             spec.flag))
+        if self.async_rollout and self.max_staleness == 0:
+            raise ConfigError("--max-staleness 0 with --async: a staleness bound of 0 is sync "
+                              "mode; leave out --async, or set --max-staleness 1 or more")
 
     # ------------------------------------------------------------------ derived
 

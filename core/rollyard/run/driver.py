@@ -9,6 +9,7 @@ import random
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -22,11 +23,14 @@ from rollyard.run.engines import EngineFleet
 from rollyard.run.evaluate import EvalPlan, run_evaluation
 from rollyard.run.group_draw import GroupDraw, draw_groups, resample_budget
 from rollyard.run.metrics import failure_reasons, sample_metrics
+from rollyard.run.phase_clock import ROLLOUT, TRAINER, PhaseClock
+from rollyard.run.pipeline import RolloutPipeline
 from rollyard.run.ray_cluster import start_ray
 from rollyard.run.resume import check_checkpoint_model, find_checkpoint
 from rollyard.run.rollout_workers import RolloutPool, RolloutSpec
-from rollyard.run.run_state import RunCheckpoints
+from rollyard.run.run_state import RolloutSnapshot, RunCheckpoints, take_snapshot
 from rollyard.run.signals import RunStopped, StopSignals
+from rollyard.run.staleness import VersionLog, drop_stale, staleness_metrics
 from rollyard.run.weight_sync import make_weight_sync
 from rollyard.seeding import derive_seed
 from rollyard.types import Sample
@@ -238,10 +242,21 @@ def _notice(line: str) -> None:
     Console(stderr=True, highlight=False).print(line, markup=False)
 
 
+@dataclass
+class StepRollout:
+    """One step's groups and what it took to draw them."""
+
+    draw: GroupDraw
+    seconds: float
+    #: Engines found dead and relaunched before the rollout.
+    restarted: int
+
+
 class RunSession:
     """One run's steps, inside the event loop: collect, observe, train, push weights, and save
     checkpoints (every ``--save-interval`` steps, at the end, on a signal or past
-    ``--max-seconds``)."""
+    ``--max-seconds``). With ``--async`` the rollouts run ahead of training
+    (:mod:`rollyard.run.pipeline`)."""
 
     def __init__(self, config: RunConfig, selection: PluginSelection, run_dir: Path,
                  model_dir: Path, fleet: EngineFleet, group: Any,
@@ -252,6 +267,15 @@ class RunSession:
         self.weight_sync = make_weight_sync(config.weight_sync, run_dir, fleet, group)
         self.checkpoints = checkpoints or RunCheckpoints(run_dir, config.save_interval,
                                                          StopSignals())
+        self.clock = PhaseClock()
+        #: Engine restarts and weight pushes, which may otherwise meet in async mode.
+        self._engines = asyncio.Lock()
+        self.versions = VersionLog()
+
+    @property
+    def ahead(self) -> int:
+        """Steps the rollouts may run ahead of training (0: the synchronous loop)."""
+        return self.config.max_staleness if self.config.async_rollout else 0
 
     @property
     def weight_version(self) -> int:
@@ -286,8 +310,15 @@ class RunSession:
         progress = Progress(TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(),
                             TimeElapsedColumn(), disable=not config.progress)
         saves = self.checkpoints
+        pipeline: RolloutPipeline[StepRollout, RolloutSnapshot] | None = None
         try:
             await saves.restore(self, pool, tasks, transport)
+            self.versions = VersionLog(self.weight_version)
+            pipeline = RolloutPipeline(
+                lambda step: self.rollout(step, pool, transport, tasks), saves.first_step,
+                config.steps, self.ahead, lambda: take_snapshot(pool, tasks))
+            self.clock = PhaseClock()
+            pipeline.start()
             with progress:
                 bar = progress.add_task("steps", total=config.steps,
                                         completed=saves.first_step - 1)
@@ -295,10 +326,11 @@ class RunSession:
                 for step in range(saves.first_step, config.steps + 1):
                     if saves.stop.requested:
                         break
-                    metrics = await self.step(step, pool, transport, tasks)
+                    metrics = await self.step(step, await pipeline.take(step), transport)
                     if plan is not None and (step % config.eval_interval == 0
                                              or step == config.steps):
                         metrics.update(await self.evaluate(plan, pool, step))
+                    metrics.update(self.clock.report())
                     metrics["time/elapsed_s"] = saves.elapsed()
                     metrics["time/unix"] = time.time()
                     metrics["time/checkpoint_s"] = saves.take_seconds()
@@ -306,23 +338,31 @@ class RunSession:
                     progress.advance(bar)
                     done = step
                     if saves.due(step):
-                        await saves.save(step, self, pool, tasks)
+                        await saves.save(step, self, pool, tasks,
+                                         await pipeline.snapshot_before(step + 1))
+                    pipeline.trained(step)
                     if config.max_seconds and step < config.steps \
                             and saves.seconds_here() >= config.max_seconds:
                         break
-            await self.finish(done, pool, tasks)
+            before = await pipeline.snapshot_before(done + 1)
+            await pipeline.close()  # a rollout that ran ahead is dropped
+            await self.finish(done, pool, tasks, before)
         finally:
+            if pipeline is not None:
+                await pipeline.close()
             with contextlib.suppress(Exception):  # a save still running ends first
                 await saves.settle()
             await asyncio.to_thread(pool.close)
             await self.weight_sync.close(transport)
             await transport.close()
 
-    async def finish(self, done: int, pool: RolloutPool, tasks: TaskCycle) -> None:
-        """Save the last finished step unless it is saved; say why the run stopped early."""
+    async def finish(self, done: int, pool: RolloutPool, tasks: TaskCycle,
+                     before: RolloutSnapshot | None = None) -> None:
+        """Save the last finished step unless it is saved (``before``: the state before a
+        dropped rollout began); say why the run stopped early."""
         saves = self.checkpoints
         if done > saves.saved_step:
-            await saves.save(done, self, pool, tasks)
+            await saves.save(done, self, pool, tasks, before)
         await saves.settle()
         if saves.stop.signum is not None:
             raise RunStopped(saves.stop.signum, done, saves.last.path if saves.last else None,
@@ -333,18 +373,24 @@ class RunSession:
                     f"reached; checkpoint {where} (continue with: rollyard train --resume "
                     f"{self.run_dir})")
 
-    async def step(self, step: int, pool: RolloutPool, transport: Any,
-                   tasks: TaskCycle) -> dict[str, float]:
-        config = self.config
-        started = time.perf_counter()
-        restarted = await self.weight_sync.restart_dead(transport)
-        draw = await self.collect(pool, tasks, step)
-        rollout_s = time.perf_counter() - started
+    async def rollout(self, step: int, pool: RolloutPool, transport: Any,
+                      tasks: TaskCycle) -> StepRollout:
+        """Relaunch dead engines, then draw the groups of ``step``."""
+        with self.clock.busy(ROLLOUT):
+            started = time.perf_counter()
+            async with self._engines:
+                restarted = await self.weight_sync.restart_dead(transport)
+            draw = await self.collect(pool, tasks, step)
+            return StepRollout(draw, time.perf_counter() - started, len(restarted))
+
+    async def step(self, step: int, rollout: StepRollout, transport: Any) -> dict[str, float]:
+        """Check, observe and train on the rollout of ``step``; push the new weights."""
+        config, draw = self.config, rollout.draw
         samples = draw.samples
         metrics = sample_metrics(samples)
         metrics.update({f"env/{k}": v for k, v in draw.env_metrics.items()})
         metrics.update(draw.metrics())
-        metrics["engines/restarted"] = float(len(restarted))
+        metrics["engines/restarted"] = float(rollout.restarted)
         self.hooks.on_samples(step, samples)
         bad = metrics["samples/failed_rate"] + metrics["samples/aborted_rate"]
         if bad > config.failure_threshold:
@@ -352,22 +398,26 @@ class RunSession:
                 f"step {step}: {bad:.0%} of samples failed or aborted (threshold "
                 f"{config.failure_threshold:.0%}); most common: "
                 + "; ".join(failure_reasons(samples)))
+        if self.ahead:
+            draw.samples, dropped = drop_stale(samples, self.versions, self.ahead)
         trained = [s for s in draw.training_samples(
             config.groups_per_step, signal_only=self.group.filters_zero_variance) if s.usable]
+        if self.ahead:
+            metrics.update(staleness_metrics(trained, self.versions, self.ahead, dropped))
         await self.checkpoints.settle()  # the trainer's part of a checkpoint is written
         self.checkpoints.fault("train", step)
-        train_started = time.perf_counter()
-        train_metrics = await asyncio.to_thread(self.group.train, trained)
-        metrics["time/train_s"] = time.perf_counter() - train_started
-        metrics.update({f"train/{k}": v for k, v in train_metrics.items()})
-        sync_started = time.perf_counter()
-        if train_metrics.get("num_samples_trained", 0) > 0:
-            restarted_now = await self.push_weights(transport, step)
-            metrics["engines/restarted"] += restarted_now
-        metrics["time/weight_sync_s"] = time.perf_counter() - sync_started
-        metrics.update({"time/step_s": time.perf_counter() - started, "time/rollout_s": rollout_s,
+        with self.clock.busy(TRAINER):
+            train_started = time.perf_counter()
+            train_metrics = await asyncio.to_thread(self.group.train, trained)
+            metrics["time/train_s"] = time.perf_counter() - train_started
+            metrics.update({f"train/{k}": v for k, v in train_metrics.items()})
+            sync_started = time.perf_counter()
+            if train_metrics.get("num_samples_trained", 0) > 0:
+                metrics["engines/restarted"] += await self.push_weights(transport, step)
+            metrics["time/weight_sync_s"] = time.perf_counter() - sync_started
+        metrics.update({"time/rollout_s": rollout.seconds,
                         "weight_version": float(self.weight_version),
-                        "perf/tokens_per_s": metrics["response/tokens"] / rollout_s})
+                        "perf/tokens_per_s": metrics["response/tokens"] / rollout.seconds})
         return metrics
 
     async def evaluate(self, plan: EvalPlan, pool: RolloutPool, step: int) -> dict[str, float]:
@@ -400,4 +450,7 @@ class RunSession:
         """Make every engine serve the policy as weight version ``step`` (``--weight-sync``,
         :mod:`rollyard.run.weight_sync`); returns how many dead engines were relaunched on
         the way."""
-        return await self.weight_sync.push(transport, step)
+        async with self._engines:
+            restarted = await self.weight_sync.push(transport, step)
+        self.versions.pushed(step)
+        return restarted

@@ -17,6 +17,7 @@ import os
 import pickle
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,20 @@ from rollyard.run.signals import StopSignals
 #: The weights file of an exported HF folder (rollyard.training.checkpoint.WEIGHTS_FILE,
 #: not imported: that module imports torch).
 WEIGHTS_FILE = "model.safetensors"
+
+
+@dataclass(frozen=True)
+class RolloutSnapshot:
+    """The task cursor and every rollout worker's state at one moment."""
+
+    tasks: dict[str, Any]
+    rollouts: list[Any]
+
+
+async def take_snapshot(pool: Any, tasks: Any) -> RolloutSnapshot:
+    """The state of the task cursor and the rollout workers now (no rollout may be drawing)."""
+    cursor = tasks.state_dict()
+    return RolloutSnapshot(cursor, await asyncio.to_thread(pool.state_dicts))
 
 
 class RunCheckpoints:
@@ -70,17 +85,21 @@ class RunCheckpoints:
 
     # ------------------------------------------------------------------ save
 
-    async def save(self, step: int, session: Any, pool: Any, tasks: Any) -> None:
+    async def save(self, step: int, session: Any, pool: Any, tasks: Any,
+                   before: RolloutSnapshot | None = None) -> None:
         """Start the checkpoint of ``step`` (the step just finished).
 
-        The driver's and the rollout workers' state is taken now; the trainer's is written in
-        the background, while the next step's rollouts run, and :meth:`settle` waits for it
-        before anything touches the trainer again (the next update, the end of the run)."""
+        The driver's and the rollout workers' state is taken now, or is ``before``: the state
+        taken before a rollout of a later step began (``--async``), which the checkpoint must
+        not include. The trainer's is written in the background, while the next step's
+        rollouts run, and :meth:`settle` waits for it before anything touches the trainer
+        again (the next update, the end of the run)."""
         await self.settle()
         started = time.perf_counter()
-        state = {"weight_version": session.weight_version, "tasks": tasks.state_dict(),
+        before = before or await take_snapshot(pool, tasks)
+        state = {"weight_version": session.weight_version, "tasks": before.tasks,
                  "elapsed_s": self.elapsed(), "seed": session.config.seed}
-        rollout_states = await asyncio.to_thread(pool.state_dicts)
+        rollout_states = before.rollouts
         group, weights_dir = session.group, session.weights_dir
 
         def write(folder: Path) -> dict[str, Any]:
