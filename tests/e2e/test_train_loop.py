@@ -68,3 +68,37 @@ def test_data_parallel_that_does_not_divide_the_batch_fails_before_training(tmp_
     assert result.returncode == 1
     assert "data parallel size 3 does not divide the batch of 8" in result.stderr
     assert not (tmp_path / "runs" / "bad-dp" / "weights").exists()
+
+
+@pytest.mark.slow
+def test_async_steps_train_on_samples_at_most_one_update_behind(tmp_path):
+    result = rollyard("train", "--steps", "4", "--async", "--tis-cap", "2",
+                      "--groups-per-step", "4", "--group-size", "4", "--max-new-tokens", "6",
+                      "--keep-zero-variance-groups", "--no-progress", "--name", "async",
+                      "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run_dir = tmp_path / "runs" / "async"
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [row["weight_version"] for row in rows] == [1.0, 2.0, 3.0, 4.0]
+    samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    for row in rows:
+        versions = [s["weight_version"] for s in samples if s["step"] == row["step"]]
+        # the policy trained at step s is version s - 1; its samples are at most 1 behind
+        assert all(row["step"] - 2 <= v <= row["step"] - 1 for v in versions)
+        assert row["async/staleness_0"] + row["async/staleness_1"] == len(versions) == 16
+        assert row["async/dropped_stale"] == 0 and row["train/num_samples_trained"] == 16
+    # the rollout of step 2 ran while step 1 trained, on the initial weights
+    assert rows[1]["async/staleness_1"] > 0 and rows[0]["time/overlap_s"] > 0
+    # the trainer weighs each token by its sample's own logprobs: fresh samples match the
+    # policy (step 1: ~1e-7 per token), samples one update behind do not (~0.09), and their
+    # truncated importance weights move off 1
+    assert rows[0]["async/staleness_0"] == 16 and rows[0]["train/logprob_mismatch"] < 1e-4
+    stale = [row for row in rows if row["async/staleness_1"] == 16]
+    assert stale and all(row["train/logprob_mismatch"] > 1e-3 for row in stale)
+    assert all(row["train/tis_ratio_max"] > 1.0 for row in stale)
+
+
+def test_async_with_a_staleness_bound_of_zero_names_the_flags(tmp_path):
+    result = rollyard("train", "--async", "--max-staleness", "0", cwd=tmp_path, timeout=120)
+    assert result.returncode == 1
+    assert "--max-staleness 0 with --async" in result.stderr

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 ROLLOUT, TRAINER = "rollout", "trainer"
 
@@ -19,25 +19,26 @@ ROLLOUT, TRAINER = "rollout", "trainer"
 class PhaseClock:
     """Busy spans of each side; :meth:`report` sums them over a step."""
 
-    def __init__(self) -> None:
+    def __init__(self, now: Callable[[], float] = time.perf_counter) -> None:
+        self.now = now
         #: Each side's spans as [start, end]; end is None while the span is open.
         self._spans: dict[str, list[list]] = {ROLLOUT: [], TRAINER: []}
-        self.mark = time.perf_counter()
+        self.mark = now()
 
     @contextlib.contextmanager
     def busy(self, side: str) -> Iterator[None]:
         """The side is busy inside the block."""
-        span = [time.perf_counter(), None]
+        span = [self.now(), None]
         self._spans[side].append(span)
         try:
             yield
         finally:
-            span[1] = time.perf_counter()
+            span[1] = self.now()
 
     def report(self) -> dict[str, float]:
         """``time/step_s``, ``time/overlap_s``, ``time/idle_rollout_s`` and
         ``time/idle_trainer_s`` since the previous report (or the clock's start)."""
-        since, until = self.mark, time.perf_counter()
+        since, until = self.mark, self.now()
         self.mark = until
         clipped = {side: [(max(start, since), min(until if end is None else end, until))
                           for start, end in spans if end is None or end > since]
