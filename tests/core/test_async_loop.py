@@ -120,7 +120,8 @@ def run_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, rollout_delay: 
     rows: list[dict] = []
     hooks = SimpleNamespace(on_samples=lambda step, samples: None,
                             on_step_end=lambda step, metrics: rows.append(metrics))
-    selection = SimpleNamespace(manager=SimpleNamespace(hooks=hooks), reward_weights={},
+    manager = SimpleNamespace(hooks=hooks, observers=dict)  # no observer plugins
+    selection = SimpleNamespace(manager=manager, reward_weights={},
                                 transport=lambda urls, options: engine,
                                 options=lambda kind, name: None)
     run_dir = tmp_path / "run"
