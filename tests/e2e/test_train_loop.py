@@ -72,7 +72,8 @@ def test_data_parallel_that_does_not_divide_the_batch_fails_before_training(tmp_
 
 @pytest.mark.slow
 def test_async_steps_train_on_samples_at_most_one_update_behind(tmp_path):
-    result = rollyard("train", "--steps", "4", "--async", "--tis-cap", "2",
+    # one update per step, so that step 1's fresh samples match the policy they train
+    result = rollyard("train", "--steps", "4", "--async", "--tis-cap", "2", "--minibatches", "1",
                       "--groups-per-step", "4", "--group-size", "4", "--max-new-tokens", "6",
                       "--keep-zero-variance-groups", "--no-progress", "--name", "async",
                       "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path)
