@@ -24,7 +24,8 @@ from rollyard.train_stack import require_train_stack
 #: Commands of the core itself, as "module:Class" so they are imported only when used.
 CORE_COMMANDS = {"init-model": "rollyard.models.command:InitModelCommand",
                  "new-plugin": "rollyard.scaffold:NewPluginCommand",
-                 "check-plugin": "rollyard.testing.command:CheckPluginCommand"}
+                 "check-plugin": "rollyard.testing.command:CheckPluginCommand",
+                 "env": "rollyard.isolation.command:EnvCommand"}
 
 
 def _core_command(path: str) -> Command:

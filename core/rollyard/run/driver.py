@@ -95,6 +95,19 @@ class PluginSelection:
         self.reward_weights = config.reward_weights or self.rollout.reward_weights(
             self.options("rollout", config.rollout_plugin))
         self.rewards = {name: manager.get("reward", name) for name in self.reward_weights}
+        #: the Python of the rollout workers' isolated venv; None: the core's environment
+        self.worker_python: str | None = None
+
+    def place_workers(self) -> None:
+        """Decide where the rollout workers run (``--rollout-env``), before anything starts:
+        refuse a plugin whose requirements this environment does not meet, or build (find)
+        its isolated venv."""
+        from rollyard.isolation.placement import rollout_python
+
+        others = [("transport", self.config.transport)] + [("reward", name)
+                                                           for name in self.rewards]
+        self.worker_python = rollout_python(self.manager, self.config.rollout_plugin,
+                                            self.config.rollout_env, others, _notice)
 
     def options(self, kind: str, name: str) -> Any:
         return self.config.options_for(self.manager.get(kind, name),
@@ -142,6 +155,7 @@ def run_training(config: RunConfig, manager: PluginManager,
     selection = PluginSelection(config, manager)
     if defaults is not None:
         selection.check_unused_options(defaults)
+    selection.place_workers()
     config = config.replace(plugin_options={
         table: values for table, values in config.plugin_options.items()
         if table in selection.tables()})
@@ -252,7 +266,8 @@ class RunSession:
         config = self.config
         return RolloutSpec(
             config=config.to_data(), reward_weights=self.selection.reward_weights,
-            model_dir=str(self.model_dir), engine_urls=self.fleet.urls)
+            model_dir=str(self.model_dir), engine_urls=self.fleet.urls,
+            python=self.selection.worker_python)
 
     async def run(self) -> None:
         from rich.progress import (
