@@ -4,7 +4,7 @@ cannot resolve, a broken cached venv, and a worker dying mid-run.
 
 The plugins are installed the way docs/isolation.md tells users to: ``pip install --no-deps``
 (here into a folder on PYTHONPATH, so the project's venv is left as it is). Their venvs are
-cached in ~/.cache/rollyard/test-envs, so a second test session reuses them.
+cached where ``isolated_envs_dir`` says, so a second test session reuses them.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 CLASH_SOURCE = Path(__file__).parent / "clash-plugin"
-ENVS = Path.home() / ".cache" / "rollyard" / "test-envs"
 
 
 def install_no_deps(source: Path, target: Path) -> Path:
@@ -41,11 +40,11 @@ def clash_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_clashing_plugin_is_refused_in_the_shared_environment(
-        rollyard_cli, clash_site: Path, tmp_path: Path) -> None:
+        rollyard_cli, clash_site: Path, isolated_envs_dir: Path, tmp_path: Path) -> None:
     assert md.version("openai") != "2.6.1"  # the clash is real
     result = rollyard_cli("train", "--rollout-plugin", "clash", "--runs-dir",
                           str(tmp_path / "runs"), paths=[clash_site],
-                          env={"ROLLYARD_ENVS_DIR": str(ENVS)})
+                          env={"ROLLYARD_ENVS_DIR": str(isolated_envs_dir)})
     assert result.returncode == 1
     assert (f"rollout 'clash' (distribution 'rollyard-clash-test') requires openai==2.6.1 "
             f"(this environment has openai {md.version('openai')}): run it in its own "
@@ -96,12 +95,12 @@ def test_an_unresolvable_requirement_is_named_before_training(
 
 
 def test_env_build_finds_rebuilds_a_broken_venv_and_lists_it(
-        rollyard_cli, clash_site: Path) -> None:
-    env = {"ROLLYARD_ENVS_DIR": str(ENVS)}
+        rollyard_cli, clash_site: Path, isolated_envs_dir: Path) -> None:
+    env = {"ROLLYARD_ENVS_DIR": str(isolated_envs_dir)}
     first = rollyard_cli("env", "build", "clash", paths=[clash_site], env=env, timeout=600)
     assert first.returncode == 0, first.stderr
     path = Path(first.stdout.splitlines()[-1])
-    assert path.parent == ENVS
+    assert path.parent == isolated_envs_dir
     (path / "bin" / "python").unlink()  # a half-deleted venv
 
     again = rollyard_cli("env", "build", "clash", paths=[clash_site], env=env, timeout=600)
@@ -123,7 +122,8 @@ def test_env_build_finds_rebuilds_a_broken_venv_and_lists_it(
 
 @pytest.mark.slow
 def test_the_clashing_plugin_trains_in_isolation_and_survives_a_dead_worker(
-        rollyard_cli, clash_site: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
+        rollyard_cli, clash_site: Path, isolated_envs_dir: Path, tiny_model_dir: Path,
+        tmp_path: Path) -> None:
     """Two steps through the CLI; the first worker to run a group exits on the spot."""
     runs = tmp_path / "runs"
     result = rollyard_cli(
@@ -132,8 +132,8 @@ def test_the_clashing_plugin_trains_in_isolation_and_survives_a_dead_worker(
         "--steps", "2", "--groups-per-step", "2", "--group-size", "4",
         "--rollout-workers", "2", "--num-cpus", "2", "--max-new-tokens", "8",
         "--failure-threshold", "0.6", "--keep-zero-variance-groups", "--no-progress",
-        "--runs-dir", str(runs), paths=[clash_site], env={"ROLLYARD_ENVS_DIR": str(ENVS)},
-        timeout=600)
+        "--runs-dir", str(runs), paths=[clash_site],
+        env={"ROLLYARD_ENVS_DIR": str(isolated_envs_dir)}, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert (tmp_path / "died").exists()
     [run] = list(runs.iterdir())

@@ -45,7 +45,9 @@ def rollout_python(manager: PluginManager, rollout_name: str, mode: str,
                 f"{kind} {name!r} comes from {owner!r}, which the isolated environment of "
                 f"rollout {rollout_name!r} (distribution {distribution!r}) does not hold: "
                 "choose one from the core or that distribution, or --rollout-env shared")
-    return str(ensure_env(env_spec(distribution), notice) / "bin" / "python")
+    python = str(ensure_env(env_spec(distribution), notice) / "bin" / "python")
+    notice(f"rollout workers of {rollout_name!r} run on {python} (--rollout-env {mode})")
+    return python
 
 
 def _check_shared(rollout_name: str, distribution: str) -> None:
