@@ -19,6 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 UV = Path(sys.executable).with_name("uv")
 HEAVY = ("torch", "ray", "megatron", "transformers", "tokenizers", "numpy")
 
+pytestmark = pytest.mark.slow  # a venv built with uv (about 10 s), then fresh processes
+
 
 def _env() -> dict[str, str]:
     drop = ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")

@@ -94,6 +94,7 @@ def test_an_unresolvable_requirement_is_named_before_training(
     assert not any((tmp_path / "envs").glob("rollyard-nosuch-*/"))  # no half-built venv kept
 
 
+@pytest.mark.slow
 def test_env_build_finds_rebuilds_a_broken_venv_and_lists_it(
         rollyard_cli, clash_site: Path, isolated_envs_dir: Path) -> None:
     env = {"ROLLYARD_ENVS_DIR": str(isolated_envs_dir)}
