@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -55,8 +56,11 @@ def main() -> int:
         venv = Path(tmp) / "venv"
         subprocess.run([UV, "venv", "-q", "--python", sys.executable, str(venv)], check=True,
                        env=env)
+        # from a copy: a build in the checkout leaves a stale rollyard.egg-info there
+        source = shutil.copytree(ROOT, Path(tmp) / "source", ignore=shutil.ignore_patterns(
+            ".*", "runs", "tests", "benchmarks", "build", "*.egg-info", "__pycache__"))
         subprocess.run([UV, "pip", "install", "-q", "--python", str(venv / "bin" / "python"),
-                        str(ROOT)], check=True, env=env)
+                        str(source)], check=True, env=env)
         python = str(venv / "bin" / "python")
         megabytes = size_mb(venv)
         for argv in ([python, "-c", "import rollyard"], [python, "-c", "pass"]):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -33,13 +34,26 @@ def _run(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProc
                           cwd=cwd, timeout=300)
 
 
+def core_source(dest: Path) -> Path:
+    """A copy of the core's package sources (building in the checkout would leave a stale
+    ``rollyard.egg-info`` beside it, seen by every ``python -m`` run from the root)."""
+    dest.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, dest / name)
+    for name in ("core", "plugins"):
+        shutil.copytree(ROOT / name, dest / name,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    return dest
+
+
 @pytest.fixture(scope="session")
 def light_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    venv = tmp_path_factory.mktemp("light-core") / "venv"
+    root = tmp_path_factory.mktemp("light-core")
+    venv = root / "venv"
     built = _run(UV, "venv", "-q", "--python", sys.executable, venv)
     assert built.returncode == 0, built.stderr
     installed = _run(UV, "pip", "install", "-q", "--python", venv / "bin" / "python",
-                     ROOT, "pytest")
+                     core_source(root / "source"), "pytest")
     assert installed.returncode == 0, installed.stderr
     return venv
 
