@@ -9,7 +9,9 @@ in a file under docs/. Its content comes from the code and is never edited by ha
 * ``options:train`` — the core options of ``rollyard train`` (:func:`rollyard.config.core_specs`),
   one table per ``--help`` group;
 * ``options:PREFIX`` — the typed options of an installed plugin, the table ``[PREFIX]`` of
-  run.toml (``options:toy``, ``options:codegolf``).
+  run.toml (``options:toy``, ``options:codegolf``);
+* ``command:NAME`` — the typed ``Options`` of a plugin's ``rollyard NAME`` command (flags
+  without a prefix: ``command:report``).
 
 Every public type, the core options and every typed option table of a plugin in this repository
 must have a region somewhere in docs/; a region whose name nothing produces is an error.
@@ -214,8 +216,10 @@ def repository_distributions() -> set[str]:
 
 
 def plugin_tables() -> dict[str, tuple[list[Any], bool]]:
-    """``{prefix: (specs, from this repository)}`` of every installed plugin's typed options;
-    a plugin of this repository that fails to load is an error."""
+    """``{region: (specs, from this repository)}`` of every installed plugin's typed options
+    (``options:PREFIX``) and typed command options (``command:NAME``); a plugin of this
+    repository that fails to load is an error."""
+    from rollyard.options import option_specs
     from rollyard.plugin_options import OptionTables
     from rollyard.plugins import PluginManager
 
@@ -229,8 +233,15 @@ def plugin_tables() -> dict[str, tuple[list[Any], bool]]:
     if broken:
         raise DocsError("plugins of this repository failed to load:\n  " + "\n  ".join(broken))
     tables = OptionTables.from_manager(manager)
-    return {prefix: (table.specs, manager.records[table.plugin].distribution in ours)
-            for prefix, table in tables.typed.items()}
+    found = {f"options:{prefix}": (table.specs,
+                                   manager.records[table.plugin].distribution in ours)
+             for prefix, table in tables.typed.items()}
+    for name in manager.names("command"):
+        command = manager.get("command", name)
+        if getattr(command, "Options", None) is not None:
+            found[f"command:{name}"] = (option_specs(command.Options, ""),
+                                        manager.owner("command", name).distribution in ours)
+    return found
 
 
 def producers() -> tuple[dict[str, Callable[[], str]], set[str], list[str]]:
@@ -245,10 +256,10 @@ def producers() -> tuple[dict[str, Callable[[], str]], set[str], list[str]]:
         made[f"fields:{name}"] = lambda text=text: text
     made[CORE_OPTIONS] = core_options_text
     required = set(made)
-    for prefix, (specs, ours) in plugin_tables().items():
-        made[f"options:{prefix}"] = lambda specs=specs: plugin_options_text(specs)
+    for region, (specs, ours) in plugin_tables().items():
+        made[region] = lambda specs=specs: plugin_options_text(specs)
         if ours:
-            required.add(f"options:{prefix}")
+            required.add(region)
     return made, required, missing
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -194,3 +195,17 @@ def embedded_engine(tiny_model_dir: Path,
         yield handle
     finally:
         handle.stop()
+
+
+@pytest.fixture(scope="session")
+def documented_metric() -> Callable[[str], bool]:
+    """Whether docs/metrics.md lists a metrics.jsonl key: the keys in the first column of the
+    tables of its metrics.jsonl section, a ``<name>`` part matching any text."""
+    text = (Path(__file__).parent.parent / "docs" / "metrics.md").read_text()
+    section = text.split("## metrics.jsonl", 1)[1].split("\n## ", 1)[0]
+    keys = [key for line in section.splitlines() if line.startswith("| `")
+            for key in re.findall(r"`([^`]+)`", line.split(" | ")[0])]
+    patterns = [re.compile("".join(".+" if part.startswith("<") else re.escape(part)
+                                   for part in re.split(r"(<[^>]+>)", key)) + "$")
+                for key in keys]
+    return lambda key: any(pattern.match(key) for pattern in patterns)

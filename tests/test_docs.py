@@ -141,7 +141,7 @@ def test_a_region_nothing_produces_is_an_error(tmp_path):
     assert "docs/extra.md: nothing produces region 'options:nosuch'" in result.stderr
 
 
-@pytest.mark.parametrize("command", ["plugins", "train", *CORE_COMMANDS])
+@pytest.mark.parametrize("command", ["plugins", "train", "eval", "report", *CORE_COMMANDS])
 def test_every_core_command_is_in_the_cli_reference(command):
     assert f"## `rollyard {command}`" in (DOCS / "cli.md").read_text()
 

@@ -68,6 +68,18 @@ def build_parser(manager: PluginManager) -> argparse.ArgumentParser:
     train_flags = TrainFlags(train, manager)
     train.set_defaults(handler=lambda args: cmd_train(train_flags, args, manager))
 
+    evaluate = subparsers.add_parser(
+        "eval", help="evaluate a Hugging Face model folder on a rollout's eval split",
+        description="Evaluate --model on the --rollout-plugin's eval split, as --eval-interval "
+                    "does during training (the --eval-* options), with the inference engines "
+                    "only: no Ray, no trainer. Takes the options of `rollyard train`; those "
+                    "of training have no effect.",
+        allow_abbrev=False)
+    evaluate.add_argument("--json", action="store_true",
+                          help="print the metrics as one JSON object")
+    eval_flags = TrainFlags(evaluate, manager, resumable=False)
+    evaluate.set_defaults(handler=lambda args: cmd_eval(eval_flags, args, manager))
+
     _command_parsers(subparsers, manager)
     return parser
 
@@ -93,6 +105,23 @@ def cmd_train(flags: TrainFlags, args: argparse.Namespace, manager: PluginManage
     except RunStopped as stopped:  # SIGINT/SIGTERM: saved, everything stopped; say where
         Console(stderr=True).print(escape(str(stopped)), highlight=False)
         return stopped.exit_code
+    return 0
+
+
+def cmd_eval(flags: TrainFlags, args: argparse.Namespace, manager: PluginManager) -> int:
+    require_train_stack("eval")
+    from rich.table import Table
+
+    from rollyard.run.eval_model import evaluate_model
+
+    metrics = evaluate_model(flags.config(vars(args), args.argv), manager)
+    if args.json:
+        print(json.dumps(metrics))
+        return 0
+    table = Table("metric", "value", title="rollyard eval")
+    for key, value in metrics.items():
+        table.add_row(key, f"{value:.4g}")
+    Console().print(table)
     return 0
 
 

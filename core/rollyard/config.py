@@ -49,6 +49,7 @@ def parse_reward(text: str) -> tuple[str, float]:
 
 
 RUN, ROLLOUT, INFERENCE, TRAINING = "run", "rollout", "inference", "training"
+EVALUATION = "evaluation"
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,9 @@ class RunConfig:
     max_seconds: float = option(0.0, group=RUN, check=non_negative, metavar="S",
                                 help="stop after the step that passes S seconds of training in "
                                      "this process, save and exit 0 (0: no limit)")
+    log_samples_every: int = option(1, group=RUN, check=non_negative, metavar="N",
+                                    help="write the samples of every Nth step to samples.jsonl "
+                                         "(0: none)")
 
     rollout_plugin: str = option("toy", group=ROLLOUT, metavar="NAME",
                                  help="the environment to train on (see `rollyard plugins`)")
@@ -100,6 +104,17 @@ class RunConfig:
     rollout_timeout: float = option(300.0, group=ROLLOUT, check=positive,
                                     help="seconds one group may take before its samples are "
                                          "aborted")
+
+    eval_interval: int = option(0, group=EVALUATION, check=non_negative, metavar="N",
+                                help="evaluate on the rollout's eval split every N steps and "
+                                     "after the last step (0: never)")
+    eval_tasks: int = option(0, group=EVALUATION, check=non_negative, metavar="K",
+                             help="evaluate on the first K tasks of the eval split (0: all)")
+    eval_samples: int = option(1, group=EVALUATION, check=positive, metavar="K",
+                               help="samples per eval task; eval/pass@K counts a task solved "
+                                    "when any of them solves it")
+    eval_temperature: float = option(0.0, group=EVALUATION, check=non_negative,
+                                     help="sampling temperature of evaluation (0: greedy)")
 
     model: str | None = option(None, group=INFERENCE, metavar="DIR",
                                help="Hugging Face model folder (default: a tiny model built "
@@ -216,11 +231,13 @@ class RunConfig:
 
 
 #: Core options that ``rollyard train --resume`` may change: how long the run goes on, where it
-#: runs and what it prints; none changes what a step computes unless something fails or times
-#: out. Every other option, plugin options included, must keep its saved value.
+#: runs, what it prints and records, and how it evaluates (evaluation never touches what
+#: training draws); none changes what a step computes unless something fails or times out.
+#: Every other option, plugin options included (observers' aside), must keep its saved value.
 RESUME_SAFE = frozenset({"steps", "save_interval", "max_seconds", "progress",
                          "failure_threshold", "rollout_timeout", "num_cpus", "ray_address",
-                         "engine_url", "weight_sync", "rollout_env"})
+                         "engine_url", "weight_sync", "log_samples_every", "eval_interval",
+                         "eval_tasks", "eval_samples", "eval_temperature", "rollout_env"})
 
 
 def core_specs() -> list[OptionSpec]:

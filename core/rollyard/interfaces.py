@@ -226,6 +226,12 @@ class Rollout(Configurable, ABC):
         """Environment metrics accumulated since the last call (then reset)."""
         return {}
 
+    def solved(self, sample: Sample, task: Task) -> bool:
+        """Whether a scored sample solves ``task``: what ``eval/pass@k`` counts. The default
+        is a reward above 0; a rollout whose rewards give partial credit overrides it (the
+        toy rollout counts an exact answer). Failed and aborted samples never count."""
+        return sample.reward > 0
+
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs to go on where this rollout stopped; saved with every
         checkpoint. The default keeps the state of ``context.rng``. A rollout that keeps more

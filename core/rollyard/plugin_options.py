@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 
 #: Commands parse their own arguments; every other kind of class may declare typed options.
 NO_OPTIONS_KINDS = ("command",)
+#: The owner kind of an observer plugin's options (see PluginManager.observers).
+OBSERVER = "observer"
 
 
 def options_prefix(cls: type) -> str:
@@ -73,6 +75,9 @@ class OptionTables:
                 if option_cls is None or (wanted is not None and record.name not in wanted):
                     continue
                 tables.add_typed(manager.get(kind, name), kind, record.name)
+        for plugin, observer in manager.observers().items():
+            if wanted is None or plugin in wanted:
+                tables.add_typed(observer, OBSERVER, plugin)
         groups = manager.hooks.add_options(parser or argparse.ArgumentParser(add_help=False),
                                            plugins=wanted)
         for plugin, group in groups.items():
@@ -82,7 +87,7 @@ class OptionTables:
             tables.legacy[plugin] = LegacyTable(plugin, group.declared)
         return tables
 
-    def add_typed(self, cls: type, kind: str, plugin: str) -> None:
+    def add_typed(self, cls: Any, kind: str, plugin: str) -> None:
         prefix = options_prefix(cls)
         owner = f"{kind} {cls.name!r}"
         table = self.typed.get(prefix)
@@ -99,6 +104,17 @@ class OptionTables:
 
     def names(self) -> set[str]:
         return set(self.typed) | set(self.legacy)
+
+    def observer_tables(self) -> set[str]:
+        """The tables of observer plugins: they change what a run records, never what it
+        computes."""
+        return {prefix for prefix, table in self.typed.items()
+                if all(owner.startswith(OBSERVER + " ") for owner in table.owners)}
+
+
+def observer_tables(manager: PluginManager) -> set[str]:
+    """The option tables of the loaded observer plugins."""
+    return {options_prefix(observer) for observer in manager.observers().values()}
 
 
 def table_of(cls: type, plugin: str) -> str:

@@ -241,6 +241,17 @@ class PluginManager:
     def names(self, kind: str) -> list[str]:
         return sorted(self.registry[kind])
 
+    def observers(self) -> dict[str, Any]:
+        """Loaded plugins whose observer hooks take typed options (the TensorBoard logger):
+        plugin objects with a ``name`` and an ``Options`` class, by entry-point name. Their
+        options are ``--<name>-*`` flags and reach them in ``on_run_start``'s config, under
+        ``config[name]``."""
+        observer_hooks = {"on_run_start", "on_samples", "on_step_end", "on_run_end"}
+        return {name: plugin for name, plugin in self.pm.list_name_plugin()
+                if name in self.records and getattr(plugin, "Options", None) is not None
+                and isinstance(getattr(plugin, "name", None), str)
+                and observer_hooks & set(self.records[name].hooks)}
+
 
 class HookFacade:
     """The only way the core calls hooks: one typed method per hook."""

@@ -17,14 +17,17 @@ class TrainFlags:
     """The ``train`` parser's flags: the core's and every loaded plugin's, derived from their
     typed declarations (legacy ``add_options`` plugins add theirs through the hook)."""
 
-    def __init__(self, parser: argparse.ArgumentParser, manager: PluginManager) -> None:
+    def __init__(self, parser: argparse.ArgumentParser, manager: PluginManager,
+                 resumable: bool = True) -> None:
         self.parser = parser
         parser.add_argument("--config", metavar="TOML", default=None,
                             help="read options from a run.toml; flags win (default: none)")
-        parser.add_argument("--resume", metavar="RUN_DIR", default=None,
-                            help="continue the run in RUN_DIR from its newest checkpoint, with "
-                                 "its config.json; flags may change only how long it goes on, "
-                                 "where it runs and what it prints (default: a new run)")
+        if resumable:
+            parser.add_argument(
+                "--resume", metavar="RUN_DIR", default=None,
+                help="continue the run in RUN_DIR from its newest checkpoint, with its "
+                     "config.json; flags may change only how long it goes on, where it runs "
+                     "and what it prints (default: a new run)")
         self.actions = []
         groups: dict[str, list] = {}
         for spec in core_specs():

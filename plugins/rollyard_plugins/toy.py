@@ -80,6 +80,11 @@ class StringOperationRollout(Rollout):
 
         return await sample_single_turn(self.context, task, n)
 
+    def solved(self, sample: Sample, task: Task) -> bool:
+        """Solved means the exact answer, whatever the rewards (char-f1 gives partial
+        credit)."""
+        return str(sample.metadata.get("completion", "")).strip() == task.data["answer"]
+
 
 @hookimpl
 def register_rollouts(register):

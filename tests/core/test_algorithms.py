@@ -125,7 +125,18 @@ def test_dapo_shapes_rewards_before_normalising() -> None:
     adv = dapo.advantages(samples([1.0, 1.0], ["g", "g"], lengths=[6, 8]),
                           StepInfo(2, 14.0, max_response_len=10))
     assert adv == pytest.approx([1.0, -1.0], abs=1e-5)
-    assert DAPO().advantages(samples([1.0, 1.0], ["g", "g"], [6, 8]), STEP) == [0.0, 0.0]
+    off = DAPO(DAPO.Options(overlong_buffer=0))
+    assert off.advantages(samples([1.0, 1.0], ["g", "g"], [6, 8]), STEP) == [0.0, 0.0]
+
+
+def test_dapo_overlong_buffer_defaults_to_half_the_budget() -> None:
+    """Budget 10, default buffer 5: lengths 4 and 8 shape to 1 and 1 - 3/5 = 0.4."""
+    adv = DAPO().advantages(samples([1.0, 1.0], ["g", "g"], lengths=[4, 8]),
+                            StepInfo(2, 12.0, max_response_len=10))
+    assert adv == pytest.approx([1.0, -1.0], abs=1e-5)
+    adv = DAPO().advantages(samples([1.0, 1.0], ["g", "g"], lengths=[2, 5]),
+                            StepInfo(2, 7.0, max_response_len=10))
+    assert adv == [0.0, 0.0]  # both inside the free half
 
 
 def test_dapo_dynamic_sampling_decides_the_filtering() -> None:

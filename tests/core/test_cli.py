@@ -22,6 +22,8 @@ STANDARD = {  # entry point -> (module, what it registers)
     "console": ("rollyard_plugins.loggers.console", {}),
     "jsonl": ("rollyard_plugins.loggers.jsonl:plugin", {}),
     "reward-plot": ("rollyard_plugins.loggers.reward_plot", {}),
+    "tensorboard": ("rollyard_plugins.loggers.tensorboard:plugin", {}),
+    "report": ("rollyard_plugins.report", {"command": ["report"]}),
 }
 
 SHAPES_MODULE = """
@@ -128,6 +130,9 @@ def test_train_help_groups_options_by_owner(rollyard_cli, make_distribution):
     sections = help_sections(result.stdout)
     expected = {"run": "--steps", "rollout": "--rollout-plugin NAME", "inference": "--engine NAME",
                 "training": "--train-tp", "toy (plugin options)": "--toy-operation {copy,reverse}",
+                "evaluation": "--eval-interval N",
+                "tensorboard (plugin options)": "--tensorboard-enabled, --no-tensorboard-enabled, "
+                                                "--tensorboard, --no-tensorboard",
                 "shapes (plugin options)": "--shapes-sides SIDES"}
     for title, option in expected.items():
         assert option in sections[title], f"{option} not under {title!r}"

@@ -70,12 +70,16 @@ def test_resume_keeps_the_saved_config_and_takes_safe_flags(train, received, tmp
                                                             tiny_model_dir):
     run_dir = write_run(tmp_path / "runs" / "r", tiny_model_dir, "--toy-operation", "reverse")
     status, err = train("--resume", str(run_dir), "--steps", "20", "--save-interval", "5",
-                        "--max-seconds", "60", "--no-progress")
+                        "--max-seconds", "60", "--no-progress", "--eval-interval", "4",
+                        "--log-samples-every", "10", "--tensorboard")
     assert status == 0, err
     config, resume = received.pop()
     assert resume == str(run_dir)
     assert (config.steps, config.save_interval, config.max_seconds, config.progress) == (
         20, 5, 60.0, False)
+    # evaluation, records and observers' options change nothing a step computes
+    assert (config.eval_interval, config.log_samples_every) == (4, 10)
+    assert config.plugin_options["tensorboard"].enabled
     assert config.seed == 3 and config.model == str(tiny_model_dir)
     assert config.plugin_options["toy"].operation == "reverse"
 

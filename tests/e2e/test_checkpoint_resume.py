@@ -28,6 +28,9 @@ COMMON = ["--steps", str(STEPS), "--seed", "5", "--groups-per-step", "2", "--gro
           "--embedded-max-batch-size", "1"]
 TAG = "ROLLYARD_TEST_RUN"  # marks every process a test's run starts, to find leftovers
 TIMING = ("time/", "perf/", "train/step_time", "train/tokens_per_s", "train/rank_step_time")
+#: The second run evaluates every 2 steps (and after the last) and writes TensorBoard events.
+OBSERVED = ["--eval-interval", "2", "--eval-tasks", "4", "--eval-samples", "3",
+            "--eval-temperature", "1.0", "--tensorboard"]
 
 
 class Run:
@@ -88,9 +91,13 @@ def kill_tagged(tag: str) -> None:
 
 
 def rows(run_dir: Path) -> list[dict]:
-    """metrics.jsonl without the timing keys."""
-    return [{k: v for k, v in json.loads(line).items() if not k.startswith(TIMING)}
+    """metrics.jsonl without the timing and evaluation keys."""
+    return [{k: v for k, v in json.loads(line).items() if not k.startswith((*TIMING, "eval/"))}
             for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def raw_rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 def final_weights(run_dir: Path) -> bytes:
@@ -112,16 +119,84 @@ def reference(root: Path) -> Path:
     return root / "runs" / "reference"
 
 
-@pytest.mark.slow
-def test_two_runs_with_the_same_seed_write_the_same_metrics_and_weights(root, reference):
-    run = Run(root, *COMMON, "--runs-dir", "runs", "--name", "again")  # saving only at the end
+@pytest.fixture(scope="module")
+def observed(root: Path) -> Path:
+    """The reference run again, saving only at the end, evaluating and with TensorBoard."""
+    run = Run(root, *COMMON, *OBSERVED, "--runs-dir", "runs", "--name", "again")
     assert run.wait() == 0, run.out.read_text()[-3000:]
-    again = root / "runs" / "again"
-    assert [r["step"] for r in rows(again)] == list(range(1, STEPS + 1))
-    assert rows(again) == rows(reference)
-    assert final_weights(again) == final_weights(reference)
-    # the samples too: same tokens, logprobs, rewards, group names
-    assert (again / "samples.jsonl").read_text() == (reference / "samples.jsonl").read_text()
+    return root / "runs" / "again"
+
+
+@pytest.mark.slow
+def test_two_runs_with_the_same_seed_write_the_same_metrics_and_weights(reference, observed):
+    assert [r["step"] for r in rows(observed)] == list(range(1, STEPS + 1))
+    assert rows(observed) == rows(reference)
+    assert final_weights(observed) == final_weights(reference)
+    # the samples too: same tokens, logprobs, rewards, group names, text
+    assert (observed / "samples.jsonl").read_text() == \
+        (reference / "samples.jsonl").read_text()
+
+
+@pytest.mark.slow
+def test_evaluation_runs_every_interval_and_after_the_last_step(observed):
+    evaluated = {row["step"]: row for row in raw_rows(observed) if "eval/reward" in row}
+    assert sorted(evaluated) == [2, 4, STEPS]
+    for row in evaluated.values():
+        assert row["eval/tasks"] == 4
+        assert 0 <= row["eval/pass@1"] <= row["eval/pass@3"] <= 1
+        assert 0 <= row["eval/reward"] <= 2 and row["time/eval_s"] > 0
+    samples = [json.loads(line) for line in (observed / "samples.jsonl").read_text().splitlines()]
+    assert not [s for s in samples if s["task_id"].startswith("eval")]  # training samples only
+    first = samples[0]
+    assert first["prompt_text"].endswith("assistant\n") and "copy: " in first["prompt_text"]
+    assert isinstance(first["response_text"], str)
+    assert set(first["rewards"]) == {"char-f1", "exact-match"}
+    assert first["status"] in ("completed", "truncated") and first["failure"] is None
+    assert first["weight_version"] == 0
+
+
+@pytest.mark.slow
+def test_every_metrics_key_is_documented(observed, documented_metric):
+    keys = {key for row in raw_rows(observed) for key in row}
+    assert {"time/elapsed_s", "time/unix", "eval/pass@3", "train/entropy"} <= keys
+    assert [key for key in sorted(keys) if not documented_metric(key)] == []
+
+
+@pytest.mark.slow
+def test_tensorboard_has_every_metric_and_a_sample_table(observed):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(observed / "tensorboard"), size_guidance={"scalars": 0,
+                                                                              "tensors": 0})
+    events.Reload()
+    metrics = raw_rows(observed)
+    keys = {key for row in metrics for key in row if key != "step"}
+    assert set(events.Tags()["scalars"]) == keys
+    rewards = events.Scalars("reward/mean")
+    assert [e.step for e in rewards] == [r["step"] for r in metrics]
+    assert [e.value for e in rewards] == pytest.approx([r["reward/mean"] for r in metrics])
+    tables = events.Tensors("samples")
+    assert [t.step for t in tables] == list(range(1, STEPS + 1))
+    text = tables[0].tensor_proto.string_val[0].decode()
+    assert text.startswith("| task | status | reward | prompt | response |")
+    assert text.count("\n| copy-") == 4  # --tensorboard-samples 4 by default
+
+
+@pytest.mark.slow
+def test_report_summarises_and_plots_two_runs(root, reference, observed):
+    out = root / "report"
+    result = subprocess.run([sys.executable, "-m", "rollyard.cli", "report", str(reference),
+                             str(observed), "--out", str(out)], cwd=root, capture_output=True,
+                            text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "reference" in result.stdout and "again" in result.stdout
+    last = raw_rows(observed)[-1]
+    assert f"{last['eval/reward']:.3f}" in result.stdout  # the observed run's eval column
+    pngs = {"reward_step.png", "reward_time.png", "eval_reward.png", "entropy.png",
+            "response_length.png", "failure_rate.png", "step_time.png"}
+    assert {p.name for p in out.iterdir()} == pngs
+    for name in pngs:
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.slow

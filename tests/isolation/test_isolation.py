@@ -53,6 +53,16 @@ def test_the_clashing_plugin_is_refused_in_the_shared_environment(
     assert not (tmp_path / "runs").exists()  # refused before the run (and Ray) started
 
 
+def test_rollyard_eval_refuses_to_isolate_the_rollout_it_runs_in_process(
+        rollyard_cli, clash_site: Path, tmp_path: Path) -> None:
+    result = rollyard_cli("eval", "--rollout-plugin", "clash", "--rollout-env", "isolated",
+                          "--runs-dir", str(tmp_path / "runs"), paths=[clash_site])
+    assert result.returncode == 1
+    assert ("rollyard eval runs rollout 'clash' in this process, so it cannot isolate it "
+            "(--rollout-env isolated)") in flat(result.stderr)
+    assert not (tmp_path / "runs").exists()
+
+
 def test_an_unresolvable_requirement_is_named_before_training(
         rollyard_cli, tmp_path: Path) -> None:
     source = tmp_path / "nosuch"

@@ -50,6 +50,20 @@ def rollout_python(manager: PluginManager, rollout_name: str, mode: str,
     return python
 
 
+def check_in_process(manager: PluginManager, rollout_name: str, mode: str,
+                     command: str) -> None:
+    """For a command that runs the rollout in this process (``rollyard eval``): refuse
+    isolation, and check the plugin's requirements as the shared environment does."""
+    if wants_isolation(mode, manager.get("rollout", rollout_name)):
+        raise ConfigError(
+            f"{command} runs rollout {rollout_name!r} in this process, so it cannot isolate it "
+            f"(--rollout-env {mode}): evaluate it during training (--eval-interval N), or "
+            "pass --rollout-env shared")
+    distribution = manager.owner("rollout", rollout_name).distribution
+    if distribution != CORE_DISTRIBUTION:
+        _check_shared(rollout_name, distribution)
+
+
 def _check_shared(rollout_name: str, distribution: str) -> None:
     try:
         unmet = unmet_requirements(declared_requirements(distribution))

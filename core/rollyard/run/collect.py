@@ -9,6 +9,7 @@ import asyncio
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rollyard.errors import SampleError
 from rollyard.interfaces import Rollout
@@ -122,3 +123,18 @@ async def collect_step(rollout: Rollout, rewards: RewardSet, tasks: list[Task],
     seeds = list(seeds) if seeds is not None else [None] * len(tasks)
     groups = await asyncio.gather(*(gated(task, seed) for task, seed in zip(tasks, seeds)))
     return [sample for group in groups for sample in group]
+
+
+#: The ``Sample.metadata`` keys :func:`with_text` fills: what samples.jsonl shows as text.
+PROMPT_TEXT, RESPONSE_TEXT = "prompt_text", "response_text"
+
+
+def with_text(samples: list[Sample], tokenizer: Any) -> list[Sample]:
+    """Decode each sample's prompt and response (special tokens kept, so the chat template
+    shows) into ``metadata["prompt_text"]`` and ``metadata["response_text"]``, for the
+    loggers; a value the rollout set itself is kept. Returns ``samples``."""
+    for sample in samples:
+        tokens = sample.tokens
+        sample.metadata.setdefault(PROMPT_TEXT, tokenizer.decode(tokens[:sample.prompt_len]))
+        sample.metadata.setdefault(RESPONSE_TEXT, tokenizer.decode(tokens[sample.prompt_len:]))
+    return samples

@@ -16,9 +16,10 @@ from typing import Any
 from rollyard.config import RunConfig
 from rollyard.errors import ConfigError, TooManyFailures
 from rollyard.options import options_data
-from rollyard.plugin_options import table_of
+from rollyard.plugin_options import observer_tables, table_of
 from rollyard.plugins import PluginManager
 from rollyard.run.engines import EngineFleet
+from rollyard.run.evaluate import EvalPlan, run_evaluation
 from rollyard.run.group_draw import GroupDraw, draw_groups, resample_budget
 from rollyard.run.metrics import failure_reasons, sample_metrics
 from rollyard.run.ray_cluster import start_ray
@@ -120,7 +121,13 @@ class PluginSelection:
         selected += [("reward", name) for name in self.rewards]
         selected += [("algorithm", self.config.algorithm)]
         return {table_of(self.manager.get(kind, name), self.manager.owner(kind, name).name)
-                for kind, name in selected}
+                for kind, name in selected} | observer_tables(self.manager)
+
+    def selected_config(self) -> RunConfig:
+        """The config with the option tables of the selected plugins only."""
+        return self.config.replace(plugin_options={
+            table: values for table, values in self.config.plugin_options.items()
+            if table in self.tables()})
 
     def check_unused_options(self, defaults: RunConfig) -> None:
         """A ConfigError for options set for a plugin this run does not use (``--dapo-clip-high``
@@ -137,6 +144,17 @@ class PluginSelection:
                               f"--algorithm {self.config.algorithm}, --rollout-plugin "
                               f"{self.config.rollout_plugin}, --engine {self.config.engine}, "
                               f"--transport {self.config.transport})")
+
+
+def rollout_spec(config: RunConfig, selection: PluginSelection, model_dir: Path,
+                 urls: list[str]) -> RolloutSpec:
+    """What rollout workers are built from. Observers' tables stay in the driver: a worker
+    loads only the plugins of the run, not every observer."""
+    observers = observer_tables(selection.manager)
+    data = {key: value for key, value in config.to_data().items() if key not in observers}
+    return RolloutSpec(config=data, reward_weights=selection.reward_weights,
+                       model_dir=str(model_dir), engine_urls=urls,
+                       python=selection.worker_python)
 
 
 def _as_dict(values: Any) -> dict[str, Any]:
@@ -156,9 +174,7 @@ def run_training(config: RunConfig, manager: PluginManager,
     if defaults is not None:
         selection.check_unused_options(defaults)
     selection.place_workers()
-    config = config.replace(plugin_options={
-        table: values for table, values in config.plugin_options.items()
-        if table in selection.tables()})
+    config = selection.selected_config()
     run_dir = Path(resume) if resume else make_run_dir(config)
     model_dir = Path(config.model) if config.model else default_model_dir(
         run_dir.parent if resume else Path(config.runs_dir), config.seed)
@@ -263,11 +279,7 @@ class RunSession:
         return self.weight_sync.current_weights_dir
 
     def rollout_spec(self) -> RolloutSpec:
-        config = self.config
-        return RolloutSpec(
-            config=config.to_data(), reward_weights=self.selection.reward_weights,
-            model_dir=str(self.model_dir), engine_urls=self.fleet.urls,
-            python=self.selection.worker_python)
+        return rollout_spec(self.config, self.selection, self.model_dir, self.fleet.urls)
 
     async def run(self) -> None:
         from rich.progress import (
@@ -283,6 +295,9 @@ class RunSession:
         pool = await asyncio.to_thread(RolloutPool, self.rollout_spec(), config.rollout_workers)
         tasks = TaskCycle(await asyncio.to_thread(pool.num_tasks, "train"),
                           random.Random(config.seed))
+        plan = (EvalPlan.of(config, await asyncio.to_thread(pool.num_tasks, "eval"),
+                            f"--eval-interval {config.eval_interval}")
+                if config.eval_interval else None)
         progress = Progress(TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(),
                             TimeElapsedColumn(), disable=not config.progress)
         saves = self.checkpoints
@@ -296,7 +311,11 @@ class RunSession:
                     if saves.stop.requested:
                         break
                     metrics = await self.step(step, pool, transport, tasks)
+                    if plan is not None and (step % config.eval_interval == 0
+                                             or step == config.steps):
+                        metrics.update(await self.evaluate(plan, pool, step))
                     metrics["time/elapsed_s"] = saves.elapsed()
+                    metrics["time/unix"] = time.time()
                     metrics["time/checkpoint_s"] = saves.take_seconds()
                     self.hooks.on_step_end(step, metrics)
                     progress.advance(bar)
@@ -364,6 +383,17 @@ class RunSession:
         metrics.update({"time/step_s": time.perf_counter() - started, "time/rollout_s": rollout_s,
                         "weight_version": float(self.weight_version),
                         "perf/tokens_per_s": metrics["response/tokens"] / rollout_s})
+        return metrics
+
+    async def evaluate(self, plan: EvalPlan, pool: RolloutPool, step: int) -> dict[str, float]:
+        """Evaluate the weights of ``step`` on the eval split (``--eval-interval``)."""
+        started = time.perf_counter()
+
+        async def on_pool(indices: list[int], seeds: list[int]):
+            return await asyncio.to_thread(pool.evaluate, indices, seeds)
+
+        metrics = await run_evaluation(plan, on_pool, self.config.seed, step)
+        metrics["time/eval_s"] = time.perf_counter() - started
         return metrics
 
     async def collect(self, pool: RolloutPool, tasks: TaskCycle, step: int = 0) -> GroupDraw:

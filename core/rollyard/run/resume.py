@@ -42,13 +42,17 @@ def safe_flags() -> str:
     return ", ".join(spec.flag for spec in core_specs() if spec.name in RESUME_SAFE)
 
 
-def check_resume_changes(saved: RunConfig, wanted: RunConfig, run_dir: str | Path) -> None:
-    """A ConfigError naming the first option ``wanted`` changes that a resumed run may not."""
+def check_resume_changes(saved: RunConfig, wanted: RunConfig, run_dir: str | Path,
+                         free_tables: frozenset[str] | set[str] = frozenset()) -> None:
+    """A ConfigError naming the first option ``wanted`` changes that a resumed run may not.
+    ``free_tables``: plugin tables that may change (observers': they only record)."""
     for spec in core_specs():
         before, after = getattr(saved, spec.name), getattr(wanted, spec.name)
         if spec.name not in RESUME_SAFE and before != after:
             _refuse(run_dir, spec.flag, before, after)
     for table, values in saved.plugin_options.items():
+        if table in free_tables:
+            continue
         before_values = _as_dict(values)
         after_values = _as_dict(wanted.plugin_options.get(table, {}))
         for key, before in before_values.items():
@@ -72,7 +76,7 @@ def resumed_config(run_dir: str | Path, tables: OptionTables, wanted: RunConfig)
     one."""
     saved = RunConfig.from_data(saved_config_data(run_dir), tables,
                                 str(Path(run_dir) / CONFIG_FILE))
-    check_resume_changes(saved, wanted, run_dir)
+    check_resume_changes(saved, wanted, run_dir, tables.observer_tables())
     return wanted
 
 

@@ -9,7 +9,7 @@ in a worker.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rollyard.config import ConfigView, RunConfig
@@ -18,7 +18,14 @@ from rollyard.interfaces import RewardContext, RolloutContext
 from rollyard.plugin_options import OptionTables
 from rollyard.plugins import PluginManager
 from rollyard.rewards import RewardSet
-from rollyard.run.collect import CollectSettings, collect_step, model_max_tokens, placeholder
+from rollyard.run.collect import (
+    CollectSettings,
+    collect_step,
+    model_max_tokens,
+    placeholder,
+    with_text,
+)
+from rollyard.seeding import derive_seed
 from rollyard.types import Sample, SampleStatus, SamplingParams, Task
 
 
@@ -54,20 +61,27 @@ class RolloutWorker:
             return config.options_for(manager.get(kind, name), manager.owner(kind, name).name)
 
         tokenizer = AutoTokenizer.from_pretrained(spec.model_dir)
+        self.config, self.index, self.tokenizer = config, index, tokenizer
+        self.rollout_cls = manager.get("rollout", config.rollout_plugin)
+        self.rollout_options = options("rollout", config.rollout_plugin)
         self.transport = manager.get("transport", config.transport)(
             spec.engine_urls, options("transport", config.transport))
         self.rewards = RewardSet(
             {name: manager.get("reward", name)(RewardContext(tokenizer, options("reward", name)))
              for name in spec.reward_weights}, spec.reward_weights)
-        context = RolloutContext(
-            config=ConfigView(config), tokenizer=tokenizer, transport=self.transport,
-            options=options("rollout", config.rollout_plugin),
-            rng=random.Random(f"{config.seed}-{index}"), sampling=run_sampling(config))
-        self.rollout = manager.get("rollout", config.rollout_plugin)(context)
+        self.rollout = self._rollout(random.Random(f"{config.seed}-{index}"),
+                                     run_sampling(config))
+        self._eval_rollout: Any = None
         self.settings = CollectSettings(config.group_size, config.max_concurrent_groups,
                                         config.rollout_timeout,
                                         max_tokens=model_max_tokens(spec.model_dir))
         self._tasks: dict[str, list[Task]] = {}
+
+    def _rollout(self, rng: random.Random, sampling: SamplingParams) -> Any:
+        context = RolloutContext(
+            config=ConfigView(self.config), tokenizer=self.tokenizer, transport=self.transport,
+            options=self.rollout_options, rng=rng, sampling=sampling)
+        return self.rollout_cls(context)
 
     def tasks(self, split: str) -> list[Task]:
         if split not in self._tasks:
@@ -82,7 +96,38 @@ class RolloutWorker:
         """One group per task index; ``seeds`` are the groups' sampling seeds."""
         tasks = [self.tasks("train")[i] for i in indices]
         samples = await collect_step(self.rollout, self.rewards, tasks, self.settings, seeds)
-        return samples, {**self.rollout.metrics(), **self.rewards.metrics()}
+        return with_text(samples, self.tokenizer), {**self.rollout.metrics(),
+                                                    **self.rewards.metrics()}
+
+    async def evaluate(self, indices: list[int], seeds: list[int | None],
+                       ) -> tuple[list[Sample], list[bool], dict[str, float]]:
+        """``--eval-samples`` episodes of each eval task index, through a rollout instance of
+        its own (``--eval-temperature``; its rng seeded from ``seeds`` at every evaluation, so
+        that an evaluation depends on the run's seed and step only, across a resume too): the
+        training rollout's state is not touched. Returns the samples, whether each solved its
+        task, and the metrics."""
+        if self._eval_rollout is None:
+            config = self.config
+            self._eval_rollout = self._rollout(
+                random.Random(), replace(run_sampling(config),
+                                         temperature=config.eval_temperature))
+        rollout = self._eval_rollout
+        rollout.context.rng.seed(derive_seed("eval-rng", *seeds))
+        tasks = [self.tasks("eval")[i] for i in indices]
+        settings = replace(self.settings, group_size=self.config.eval_samples)
+        samples = await collect_step(rollout, self.rewards, tasks, settings, seeds)
+        by_id = {task.id: task for task in tasks}
+        solved = [s.usable and s.task_id in by_id and self._solved(rollout, s, by_id[s.task_id])
+                  for s in samples]
+        return samples, solved, {**rollout.metrics(), **self.rewards.metrics()}
+
+    @staticmethod
+    def _solved(rollout: Any, sample: Sample, task: Task) -> bool:
+        try:
+            return bool(rollout.solved(sample, task))
+        except Exception as exc:
+            raise PluginError(f"rollout {rollout.name!r}: solved() raised "
+                              f"{type(exc).__name__}: {exc} (task {task.id!r})") from exc
 
     def state_dict(self) -> Any:
         """The rollout's :meth:`~rollyard.Rollout.state_dict`, checked at the boundary."""
@@ -138,6 +183,7 @@ class RolloutPool:
                         if spec.python else remote)
         self.spec = spec
         self.workers = [self._remote.remote(spec, i) for i in range(count)]
+        self.config = spec.config
         self.group_size = int(spec.config["group_size"])
         self.restarts = 0
         ray.get([w.__ray_ready__.remote() for w in self.workers])
@@ -160,31 +206,47 @@ class RolloutPool:
                 ) -> tuple[list[Sample], dict[str, float]]:
         """Samples of every task (a lost worker's tasks become failed samples) and the mean of
         the workers' environment metrics. ``seeds``: each group's sampling seed."""
+        samples, _, metrics = self._deal("collect", "train", self.group_size, tasks, seeds)
+        return samples, metrics
+
+    def evaluate(self, tasks: list[int], seeds: list[int | None],
+                 ) -> tuple[list[Sample], list[bool], dict[str, float]]:
+        """:meth:`RolloutWorker.evaluate` of eval task indices, dealt among the workers."""
+        return self._deal("evaluate", "eval", int(self.config["eval_samples"]), tasks, seeds)
+
+    def _deal(self, method: str, split: str, group_size: int, tasks: list[int],
+              seeds: list[int | None] | None) -> tuple[list[Sample], list[bool],
+                                                       dict[str, float]]:
+        """Run ``method`` of the workers on round-robin shares of ``tasks``: the samples, the
+        solved flags (evaluation only; empty for collect) and the mean of their metrics."""
         import ray
 
         count = len(self.workers)
         seeds = list(seeds) if seeds is not None else [None] * len(tasks)
         shares = [tasks[i::count] for i in range(count)]
-        refs = [(i, share, w.collect.remote(share, seeds[i::count]))
+        refs = [(i, share, getattr(w, method).remote(share, seeds[i::count]))
                 for i, (w, share) in enumerate(zip(self.workers, shares)) if share]
         samples: list[Sample] = []
+        solved: list[bool] = []
         metrics: dict[str, list[float]] = {}
         for index, share, ref in refs:
             try:
-                got, env_metrics = ray.get(ref)
+                got, *got_solved, env_metrics = ray.get(ref)
             except ray.exceptions.RayError as exc:
                 if isinstance(exc, ray.exceptions.RayActorError):
                     self._restart(index)
-                samples += [placeholder(Task(id=f"train[{task}]", prompt=""),
-                                        SampleStatus.FAILED,
-                                        f"rollout worker failed: {type(exc).__name__}: "
-                                        f"{str(exc).strip().splitlines()[0]}")
-                            for task in share for _ in range(self.group_size)]
+                reason = str(exc).strip().splitlines()[0]
+                lost = [placeholder(Task(id=f"{split}[{task}]", prompt=""), SampleStatus.FAILED,
+                                    f"rollout worker failed: {type(exc).__name__}: {reason}")
+                        for task in share for _ in range(group_size)]
+                samples += lost
+                solved += [False] * len(lost)
                 continue
             samples += got
+            solved += got_solved[0] if got_solved else []
             for key, value in env_metrics.items():
                 metrics.setdefault(key, []).append(value)
-        return samples, {k: sum(v) / len(v) for k, v in metrics.items()}
+        return samples, solved, {k: sum(v) / len(v) for k, v in metrics.items()}
 
     def state_dicts(self) -> list[Any]:
         """Every worker's rollout state, in worker order (saved with a checkpoint)."""

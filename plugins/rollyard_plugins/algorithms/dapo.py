@@ -8,7 +8,8 @@
 
 ``ε_high > ε_low`` lets unlikely tokens grow (against entropy collapse). Dynamic sampling
 drops groups whose rewards are all equal and lets the run draw more. The soft overlong
-penalty, with ``L`` the run's ``max_new_tokens`` and ``B`` the ``overlong_buffer``::
+penalty, with ``L`` the run's ``max_new_tokens`` and ``B`` the ``overlong_buffer`` (by default
+``L // 2``: a response that keeps going past half its budget pays for it)::
 
     overlong(n) = 0                              if n <= L - B
                 = -penalty × (n - (L - B)) / B   if L - B < n <= L
@@ -39,14 +40,16 @@ class DAPOOptions:
         "help": "the ratio is clipped above at 1 + clip_high (clip-higher)"})
     dynamic_sampling: bool = field(default=True, metadata={
         "help": "drop groups whose rewards are all equal (the run draws more)"})
-    overlong_buffer: int = field(default=0, metadata={
-        "help": "tokens before max-new-tokens where the soft length penalty starts; 0: off"})
+    overlong_buffer: int | None = field(default=None, metadata={
+        "help": "tokens before max-new-tokens where the soft length penalty starts "
+                "(unset: half of max-new-tokens; 0: off)"})
     overlong_penalty: float = field(default=1.0, metadata={
         "help": "the length penalty at max-new-tokens (reward units)"})
 
     def __post_init__(self) -> None:
         check_clip_range(self)
-        if not isinstance(self.overlong_buffer, int) or self.overlong_buffer < 0:
+        if self.overlong_buffer is not None and (not isinstance(self.overlong_buffer, int)
+                                                 or self.overlong_buffer < 0):
             raise ValueError(f"overlong_buffer is {self.overlong_buffer!r}; expected a number "
                              "of tokens >= 0")
         if not self.overlong_penalty >= 0:
@@ -77,8 +80,9 @@ class DAPO(Algorithm):
 
     def advantages(self, samples: Sequence[Sample], step: StepInfo) -> list[float]:
         o = self.options
-        shaped = [s.reward + overlong_penalty(s.response_len, step.max_response_len,
-                                              o.overlong_buffer, o.overlong_penalty)
+        budget = step.max_response_len
+        buffer = budget // 2 if o.overlong_buffer is None else o.overlong_buffer
+        shaped = [s.reward + overlong_penalty(s.response_len, budget, buffer, o.overlong_penalty)
                   for s in samples]
         return group_centred(shaped, [s.group_id for s in samples])
 

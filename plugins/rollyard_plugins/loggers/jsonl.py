@@ -1,4 +1,5 @@
-"""``metrics.jsonl`` (one JSON object per step) and ``samples.jsonl`` in the run folder."""
+"""``metrics.jsonl`` (one JSON object per step) and ``samples.jsonl`` (one per sample of every
+``--log-samples-every``-th step) in the run folder; docs/metrics.md says what they hold."""
 
 from __future__ import annotations
 
@@ -6,30 +7,46 @@ import json
 import os
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
-from rollyard import hookimpl
+from rollyard import Sample, hookimpl
+
+#: Metadata keys the core fills with decoded text (rollyard.run.collect.with_text).
+TEXT_KEYS = ("prompt_text", "response_text")
+
+
+def sample_row(step: int, sample: Sample) -> dict[str, Any]:
+    """One samples.jsonl row: the text and outcome first, then the sample's fields."""
+    fields = asdict(sample)
+    metadata = {k: v for k, v in fields.pop("metadata").items() if k not in TEXT_KEYS}
+    return {"step": step, "task_id": sample.task_id, "group_id": sample.group_id,
+            "status": sample.status.value, "failure": sample.metadata.get("failure"),
+            "reward": sample.reward, "rewards": dict(sample.rewards),
+            "weight_version": sample.weight_version,
+            "prompt_text": sample.metadata.get("prompt_text"),
+            "response_text": sample.metadata.get("response_text"),
+            **{k: v for k, v in fields.items() if k != "status"}, "metadata": metadata}
 
 
 class JsonlLogger:
     def __init__(self) -> None:
         self.run_dir: Path | None = None
+        self.samples_every = 1
 
     @hookimpl
     def on_run_start(self, config, run_dir, resumed_step):
         self.run_dir = Path(run_dir)
+        self.samples_every = int(config.get("log_samples_every", 1))
         for name in ("metrics.jsonl", "samples.jsonl"):
             keep_rows_until(self.run_dir / name, resumed_step)
 
     @hookimpl
     def on_samples(self, step, samples):
-        if self.run_dir is None:
+        if self.run_dir is None or not self.samples_every or step % self.samples_every:
             return
         with (self.run_dir / "samples.jsonl").open("a") as fh:
             for sample in samples:
-                row = asdict(sample)
-                row["status"] = sample.status.value
-                row["step"] = step
-                fh.write(json.dumps(row, default=str) + "\n")
+                fh.write(json.dumps(sample_row(step, sample), default=str) + "\n")
 
     @hookimpl
     def on_step_end(self, step, metrics):
