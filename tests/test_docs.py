@@ -172,3 +172,24 @@ def test_tutorial_package_is_complete_and_its_tests_pass(tmp_path):
         env={"PYTHONPATH": str(tmp_path / "src"), "PATH": "/usr/bin:/bin"})
     assert result.returncode == 0, result.stdout + result.stderr
     assert "8 passed" in result.stdout
+
+
+def multi_turn_examples() -> dict[str, str]:
+    """The code blocks of docs/writing-plugins.md whose first line is ``# example: FILE``."""
+    return dict(re.findall(r"^```python\n# example: (\S+)\n(.*?)^```",
+                           (DOCS / "writing-plugins.md").read_text(), re.M | re.S))
+
+
+def test_multi_turn_chapter_examples_run(tmp_path):
+    """The step-style game and the tool-using Conversation of the chapter, with their tests
+    (scripted episodes and the conformance check)."""
+    files = multi_turn_examples()
+    assert set(files) == {"guessing.py", "lookup.py", "test_examples.py"}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_examples.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "3 passed" in result.stdout

@@ -139,7 +139,7 @@ class RunConfig:
                                   help="CPUs for the local Ray cluster (default: all)")
     ray_address: str | None = option(None, group=TRAINING,
                                      help="join an existing Ray cluster")
-    algorithm: str = option("grpo", group=TRAINING, metavar="NAME",
+    algorithm: str = option("dapo", group=TRAINING, metavar="NAME",
                             help="advantage estimate and policy loss (see `rollyard plugins "
                                  "--hook register_algorithms`); its options are --NAME-*")
     lr: float = option(3e-3, group=TRAINING, check=positive, help="learning rate")
@@ -156,7 +156,7 @@ class RunConfig:
     entropy_coef: float = option(0.0, group=TRAINING, help="weight of the entropy bonus")
     micro_batch_size: int = option(16, group=TRAINING, check=positive,
                                    help="samples per forward pass")
-    minibatches: int = option(1, group=TRAINING, check=positive,
+    minibatches: int = option(4, group=TRAINING, check=positive,
                               help="optimizer updates per step: the step's samples are split "
                                    "into this many mini-batches, one update each")
     keep_zero_variance_groups: bool = option(

@@ -149,13 +149,20 @@ class Transport(Configurable, ABC):
         """Release connections. Safe to call twice."""
 
 
+#: The context length a RolloutContext built without one has: the tiny models'
+#: ``max_position_embeddings`` (``rollyard.models.tiny.SIZES``), which the testing kit's
+#: tokenizer belongs to.
+DEFAULT_CONTEXT_LENGTH = 512
+
+
 @dataclass
 class RolloutContext:
     """What a rollout class is built from, once per run (per rollout worker).
 
     ``config`` is a read-only view of the run's configuration (``config.seed``,
     ``config["max_new_tokens"]``); ``options`` are the rollout's own options; ``sampling`` is
-    the run's sampling (never None); ``rng`` is seeded from the run's seed and the worker.
+    the run's sampling (never None); ``rng`` is seeded from the run's seed and the worker;
+    ``context_length`` is the most tokens a conversation may grow to.
     Rewards are applied by the core after ``run_group`` returns.
     """
 
@@ -177,6 +184,14 @@ class RolloutContext:
     #: The run's sampling (``--max-new-tokens``, ``--temperature``, ``--top-p``, ``--top-k``);
     #: never None.
     sampling: SamplingParams = field(default_factory=SamplingParams)
+    #: The most tokens (prompt and response together) the model takes: the
+    #: ``max_position_embeddings`` of the model folder's config.json in a run; the tiny
+    #: models' 512 when not given (``check-plugin``, the pytest fixtures). A request whose
+    #: input plus ``max_new_tokens`` exceeds it is refused by the engine.
+    context_length: int = DEFAULT_CONTEXT_LENGTH
+    #: The ids of the tokenizer's special tokens (EOS, chat-turn markers …); read from the
+    #: tokenizer when not given.
+    special_token_ids: frozenset[int] = frozenset()
 
     def __post_init__(self) -> None:
         from rollyard.config import ConfigView, RunConfig
@@ -186,6 +201,9 @@ class RolloutContext:
         self.options = _plain(self.options)
         if self.sampling is None:
             self.sampling = SamplingParams()
+        if not self.special_token_ids:
+            self.special_token_ids = frozenset(
+                int(i) for i in getattr(self.tokenizer, "all_special_ids", None) or ())
 
 
 class Rollout(Configurable, ABC):

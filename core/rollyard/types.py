@@ -48,7 +48,8 @@ class SamplingParams:
     top_p: float = 1.0
     #: Keep only the k most likely tokens (-1: off).
     top_k: int = -1
-    #: Generation stops after any of these; ``sample_single_turn`` adds the tokenizer's EOS.
+    #: Generation stops after any of these; ``sample_single_turn`` and ``Conversation`` add the
+    #: tokenizer's EOS.
     stop_token_ids: list[int] = field(default_factory=list)
     #: Seed of this request's sampling (None: the engine's own randomness).
     seed: int | None = None

@@ -31,6 +31,11 @@ class CodegolfOptions:
     correct: Literal["fraction", "all"] = option(
         "fraction", help="codegolf.correct: fraction of hidden tests passed, or 1 only when "
                          "all pass")
+    attempts: int = option(
+        1, metavar="K", check=at_least(1),
+        help="programs per episode: after a failing one, the first test case it fails "
+             "(input, expected and actual output) goes back to the model, up to K attempts; "
+             "the rewards score the last (1: single turn)")
     workers: int = option(2, metavar="N", check=at_least(1), help="programs run in parallel")
     timeout: float = option(_LIMITS.wall_s, metavar="S", check=positive,
                             help="wall-clock seconds per test run")

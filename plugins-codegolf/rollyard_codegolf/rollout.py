@@ -1,23 +1,32 @@
 """The ``codegolf`` rollout: ask for the shortest program and return the replies.
 
-It only generates. The rewards run each reply's program in the sandbox, once per sample,
-through :class:`~rollyard_codegolf.evaluator.CodegolfEvaluator`, which also reports the
-outcome metrics (``codegolf/passed`` …).
+In its default single-turn mode it only generates. The rewards run each reply's program in
+the sandbox, once per sample, through :class:`~rollyard_codegolf.evaluator.CodegolfEvaluator`,
+which also reports the outcome metrics (``codegolf/passed`` …). With ``--codegolf-attempts K``
+each episode is a conversation (:class:`rollyard.episodes.Conversation`): a failing program's
+first failing test case goes back to the model, up to K programs; the rewards score the last.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rollyard import Rollout, RolloutContext, Sample, Task
+from rollyard import Rollout, RolloutContext, Sample, SampleStatus, Task
 
 from rollyard_codegolf.options import PREFIX, CodegolfOptions
-from rollyard_codegolf.tasks import load_tasks, split_tasks
+from rollyard_codegolf.parsing import extract_program
+from rollyard_codegolf.runner import ProgramRunner
+from rollyard_codegolf.tasks import CodegolfTask, load_tasks, split_tasks
+
+if TYPE_CHECKING:
+    from rollyard.episodes import Conversation
 
 
 class CodegolfRollout(Rollout):
-    """Single-turn code golf: one reply per episode, in ``metadata["completion"]``."""
+    """Code golf: one reply per episode, in ``metadata["completion"]`` (with
+    ``--codegolf-attempts K``, up to K replies, the failures shown between them; the last one
+    is the completion)."""
 
     name = "codegolf"
     Options = CodegolfOptions
@@ -30,6 +39,7 @@ class CodegolfRollout(Rollout):
         problems = load_tasks(self.options.tasks)
         self._splits = {split: [p.to_task() for p in split_tasks(problems, split)]
                         for split in ("train", "eval")}
+        self._program_runner: ProgramRunner | None = None
 
     @classmethod
     def reward_weights(cls, options: CodegolfOptions | Mapping[str, Any] | None
@@ -43,6 +53,28 @@ class CodegolfRollout(Rollout):
         return self._splits[split]
 
     async def run_group(self, task: Task, n: int) -> list[Sample]:
-        from rollyard.episodes import sample_single_turn
+        from rollyard.episodes import sample_multi_turn, sample_single_turn
 
-        return await sample_single_turn(self.context, task, n)
+        if self.options.attempts == 1:
+            return await sample_single_turn(self.context, task, n)
+        return await sample_multi_turn(self.context, task, n, self._attempts)
+
+    async def _attempts(self, conv: Conversation) -> Sample:
+        """Up to ``--codegolf-attempts`` programs, each failure shown to the model."""
+        problem = CodegolfTask.from_task(conv.task)
+        for attempt in range(1, self.options.attempts + 1):
+            turn = await conv.generate()
+            if attempt == self.options.attempts or conv.truncated:
+                break
+            program = extract_program(turn.text, self.options.extract)
+            failure = await self._runner().first_failure(program, problem)
+            if failure is None or not conv.add_message("user", failure.message()):
+                break
+        cut = SampleStatus.TRUNCATED if turn.finish_reason == "length" else None
+        return conv.sample(cut, attempts=conv.turns)
+
+    def _runner(self) -> ProgramRunner:
+        """The sandbox that runs the attempts, built on first use."""
+        if self._program_runner is None:
+            self._program_runner = ProgramRunner(self.options)
+        return self._program_runner

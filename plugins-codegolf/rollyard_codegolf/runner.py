@@ -13,6 +13,7 @@ from typing import Any
 
 from rollyard import ConfigError
 
+from rollyard_codegolf.feedback import FailedCase, first_failure
 from rollyard_codegolf.options import CodegolfOptions
 from rollyard_codegolf.sandbox import Sandbox, SandboxUnavailable
 from rollyard_codegolf.scoring import ProgramScore, score_program
@@ -39,6 +40,11 @@ class ProgramRunner:
         raises SandboxUnavailable when the sandbox itself broke."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, score_program, code, task, self.sandbox)
+
+    async def first_failure(self, code: str | None, task: CodegolfTask) -> FailedCase | None:
+        """The first test case ``code`` fails (feedback mode), without blocking the loop."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, first_failure, code, task, self.sandbox)
 
     def close(self) -> None:
         """Stop the thread pool once the programs running now are done. Safe to call twice."""

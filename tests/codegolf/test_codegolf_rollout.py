@@ -23,7 +23,8 @@ from rollyard_codegolf.scoring import REASONS
 OPTIONS = CodegolfOptions(timeout=2.0)
 #: Every flag of the plugin, with its default; the same names as before typed options.
 FLAGS = {"--codegolf-tasks": None, "--codegolf-extract": "last_block",
-         "--codegolf-correct": "fraction", "--codegolf-workers": 2, "--codegolf-timeout": 4.0,
+         "--codegolf-correct": "fraction", "--codegolf-attempts": 1, "--codegolf-workers": 2,
+         "--codegolf-timeout": 4.0,
          "--codegolf-cpu": 2, "--codegolf-memory-mb": 256, "--codegolf-output-kb": 64,
          "--codegolf-python": None, "--codegolf-unsafe-no-sandbox": False,
          "--codegolf-weight-correct": 1.0, "--codegolf-weight-concise": 0.2,

@@ -256,7 +256,8 @@ def test_listing_and_help_import_no_heavy_modules(argv):
 @pytest.mark.parametrize("argv, message", [
     (["--algorithm", "dpo"], "no algorithm named 'dpo' is installed; available: dapo, dr-grpo, "
                              "grpo, gspo, rloo. Did you mean 'dapo'?"),
-    (["--dapo-clip-high", "0.3"], "--dapo-clip-high set, but this run does not use 'dapo'"),
+    (["--algorithm", "grpo", "--dapo-clip-high", "0.3"],
+     "--dapo-clip-high set, but this run does not use 'dapo'"),
     (["--algorithm", "dapo", "--dapo-clip-low", "-0.1"], "clip_low"),
     (["--algorithm", "dapo", "--dapo-clip-low", "0.3", "--dapo-clip-high", "0.2"],
      "clip_low=0.3 is greater than clip_high=0.2"),

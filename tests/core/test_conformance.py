@@ -398,13 +398,39 @@ def test_scripted_transport_follows_its_script(rollyard_tokenizer):
         return out
 
     hi, listed, scripted, called, again = asyncio.run(replies())
-    assert rollyard_tokenizer.decode(hi.output_ids) == "hi"
+    # like the real engine, output_ids end with the stop token that ended the reply
+    assert rollyard_tokenizer.decode(hi.output_ids) == "hi<|im_end|>"
     assert hi.logprobs == [-0.25] * len(hi.output_ids) and hi.finish_reason == "stop"
-    assert listed.output_ids == [5, 6, 7]
+    assert listed.output_ids == [5, 6, 7, 2]
     assert scripted is fixed
-    assert called.output_ids == [3]
-    assert rollyard_tokenizer.decode(again.output_ids) == "hi"  # the script cycles
+    assert called.output_ids == [3, 2]
+    assert rollyard_tokenizer.decode(again.output_ids) == "hi<|im_end|>"  # the script cycles
     assert len(transport.requests) == 6
+    assert [result for _, result in transport.calls] == [hi, listed, scripted, called, again]
+
+
+def test_scripted_transport_stops_at_a_stop_token_and_falls_back_to_eos(rollyard_tokenizer):
+    transport = ScriptedTransport([[5, 2, 6], [5, 6]], tokenizer=rollyard_tokenizer,
+                                  logprob=lambda i: -0.1 * (i + 1))
+    stopped = asyncio.run(transport.generate(request([1], stop=(2,))))
+    assert (stopped.output_ids, stopped.finish_reason) == ([5, 2], "stop")
+    assert stopped.logprobs == pytest.approx([-0.1, -0.2])
+    no_stop_ids = asyncio.run(transport.generate(request([1], stop=())))
+    assert no_stop_ids.output_ids == [5, 6, rollyard_tokenizer.eos_token_id]
+    cut = asyncio.run(transport.generate(request([1], max_new_tokens=1)))  # [5, 2, 6] again
+    assert (cut.output_ids, cut.finish_reason) == ([5], "length")
+
+
+def test_scripted_transport_scripts_each_session_from_its_start(rollyard_tokenizer):
+    transport = ScriptedTransport(["a", "b"], tokenizer=rollyard_tokenizer, per_session=True)
+
+    def ask(session):
+        req = GenerateRequest([1], SamplingParams(stop_token_ids=[2]), session_id=session)
+        return rollyard_tokenizer.decode(asyncio.run(transport.generate(req)).output_ids,
+                                         skip_special_tokens=True)
+
+    assert [ask("g/0"), ask("g/1"), ask("g/0"), ask("g/1"), ask("g/0")] == \
+        ["a", "a", "b", "b", "a"]
 
 
 def test_scripted_transport_default_reply_and_limits():
@@ -534,4 +560,4 @@ def test_testing_section_of_the_tutorial_runs(tmp_path):
     assert result.returncode == 0 and "11 passed" in result.stdout, result.stdout
     result = subprocess.run([sys.executable, "snippet.py"], cwd=tmp_path, capture_output=True,
                             text=True, timeout=300, env=env)
-    assert result.stdout.rstrip().endswith("OK: 14 passed, 0 failed, 0 skipped"), result.stderr
+    assert result.stdout.rstrip().endswith("OK: 16 passed, 0 failed, 0 skipped"), result.stderr

@@ -88,7 +88,7 @@ def test_resume_keeps_the_saved_config_and_takes_safe_flags(train, received, tmp
     (["--train-tp", "2"], "--train-tp", "1", "2"),
     (["--train-dp", "2"], "--train-dp", "1", "2"),
     (["--rollout-plugin", "codegolf"], "--rollout-plugin", "'toy'", "'codegolf'"),
-    (["--algorithm", "dapo"], "--algorithm", "'grpo'", "'dapo'"),
+    (["--algorithm", "grpo"], "--algorithm", "'dapo'", "'grpo'"),
     (["--seed", "4"], "--seed", "3", "4"),
     (["--toy-operation", "reverse"], "--toy-operation", "'copy'", "'reverse'"),
 ], ids=["tp", "dp", "rollout", "algorithm", "seed", "plugin-option"])

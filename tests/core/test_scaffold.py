@@ -39,6 +39,37 @@ def test_copy_renames_package_entry_point_options_and_classes(tmp_path):
     leftovers = [p for p in target.rglob("*") if p.is_file()
                  and ("myenv" in p.read_text().lower() or "myenv" in str(p).lower())]
     assert leftovers == []
+    # the README and the package metadata describe the new plugin, not the example task
+    assert project["project"]["description"] == "The rollyard environment plugin word-sort"
+    readme = (target / "README.md").read_text()
+    assert readme.startswith("# rollyard-word-sort\n\nThe rollyard environment plugin "
+                             "`word-sort`: a single-turn environment.")
+
+
+def test_multi_turn_kind_is_a_step_style_environment_that_passes_the_check(
+        tmp_path, monkeypatch, rollyard_tokenizer):
+    target = new_plugin("hot-cold", tmp_path / "pkg", kind="multi-turn")
+    files = sorted(str(p.relative_to(target)) for p in target.rglob("*") if p.is_file())
+    assert files == ["README.md", "pyproject.toml", "src/rollyard_hot_cold/__init__.py",
+                     "src/rollyard_hot_cold/env.py", "src/rollyard_hot_cold/plugin.py",
+                     "tests/test_plugin.py"]
+    assert "(TextEnv):" in (target / "src/rollyard_hot_cold/env.py").read_text()
+    assert "--kind\nmulti-turn`" in (target / "README.md").read_text()
+    assert not [p for p in target.rglob("*") if p.is_file() and "myenv" in p.read_text()]
+    monkeypatch.syspath_prepend(str(target / "src"))
+    try:
+        plugin = importlib.import_module("rollyard_hot_cold.plugin")
+        report = check_plugin(plugin, name="hot-cold", tokenizer=rollyard_tokenizer)
+    finally:
+        for module in [m for m in sys.modules if m.startswith("rollyard_hot_cold")]:
+            del sys.modules[module]
+    assert report.ok, report.format()
+    assert "engine calls per episode" in report.format()
+
+
+def test_an_unknown_kind_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="--kind 'chat': choose one of"):
+        new_plugin("abc", tmp_path / "pkg", kind="chat")
 
 
 def test_copied_plugin_passes_the_conformance_check(tmp_path, monkeypatch, rollyard_tokenizer):
@@ -90,6 +121,16 @@ def test_command_reports_errors_with_exit_status_1(tmp_path, capsys):
 def pip(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", *args],
                           capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow
+def test_multi_turn_plugin_passes_its_own_tests(tmp_path, rollyard_cli):
+    made = rollyard_cli("new-plugin", "hot-cold", str(tmp_path / "pkg"), "--kind", "multi-turn")
+    assert made.returncode == 0, made.stderr
+    tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+                           cwd=tmp_path / "pkg", capture_output=True, text=True, timeout=300)
+    assert tests.returncode == 0, tests.stdout + tests.stderr
+    assert "5 passed" in tests.stdout
 
 
 @pytest.mark.slow

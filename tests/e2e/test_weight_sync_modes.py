@@ -1,6 +1,7 @@
 """``rollyard train --weight-sync disk`` keeps the engines on the trainer's weights step after
 step, and every step reports where its time went. The default, ``distributed``, is exercised
-the same way by tests/e2e/test_train_loop.py."""
+the same way by tests/e2e/test_train_loop.py. The rollout is ``guess``, the shipped
+step-style multi-turn game: every turn of an episode must see the weights of the step before."""
 
 import json
 import subprocess
@@ -14,6 +15,7 @@ def test_three_steps_with_disk_weight_sync(tmp_path):
     mode = "disk"
     result = subprocess.run(
         [sys.executable, "-m", "rollyard.cli", "train", "--steps", "3", "--weight-sync", mode,
+         "--rollout-plugin", "guess", "--guess-turns", "3",
          "--groups-per-step", "2", "--group-size", "4", "--max-new-tokens", "8",
          "--keep-zero-variance-groups", "--no-progress", "--name", mode,
          "--runs-dir", str(tmp_path / "runs")],
@@ -30,5 +32,11 @@ def test_three_steps_with_disk_weight_sync(tmp_path):
     samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
     # every sample was generated with the weights of the step before its own
     assert all(s["weight_version"] == s["step"] - 1 for s in samples)
+    # multi-turn: the environment's hints are in the samples, masked out of the loss
+    assert {s["status"] for s in samples} <= {"completed", "truncated"}
+    assert max(s["metadata"]["turns"] for s in samples) == 3
+    assert all(0 in s["loss_mask"] and 1 in s["loss_mask"] for s in samples
+               if s["metadata"]["turns"] > 1)
+    assert all(s["rewards"] == {"env": s["reward"]} for s in samples)
     exported = sorted(p.name for p in (run_dir / "weights").glob("step-*"))
     assert exported == ["step-00002", "step-00003"]

@@ -69,18 +69,19 @@ class RolloutWorker:
         self.rewards = RewardSet(
             {name: manager.get("reward", name)(RewardContext(tokenizer, options("reward", name)))
              for name in spec.reward_weights}, spec.reward_weights)
+        self.max_tokens = model_max_tokens(spec.model_dir)
         self.rollout = self._rollout(random.Random(f"{config.seed}-{index}"),
                                      run_sampling(config))
         self._eval_rollout: Any = None
         self.settings = CollectSettings(config.group_size, config.max_concurrent_groups,
-                                        config.rollout_timeout,
-                                        max_tokens=model_max_tokens(spec.model_dir))
+                                        config.rollout_timeout, max_tokens=self.max_tokens)
         self._tasks: dict[str, list[Task]] = {}
 
     def _rollout(self, rng: random.Random, sampling: SamplingParams) -> Any:
         context = RolloutContext(
             config=ConfigView(self.config), tokenizer=self.tokenizer, transport=self.transport,
-            options=self.rollout_options, rng=rng, sampling=sampling)
+            options=self.rollout_options, rng=rng, sampling=sampling,
+            context_length=self.max_tokens)
         return self.rollout_cls(context)
 
     def tasks(self, split: str) -> list[Task]:

@@ -3,8 +3,10 @@
 It loads the plugin the way a run does (entry point, or an in-process module), checks what it
 registers and the options it declares, builds each rollout from a RolloutContext, checks its
 task splits, runs groups against a scripted engine, validates every sample at the core's own
-boundary (:func:`rollyard.run.collect.checked`), scores them with the rollout's default
-rewards and checks that engine aborts and transport errors become aborted/failed samples.
+boundary (:func:`rollyard.run.collect.checked`), checks them against what the scripted
+engine produced (loss mask on its tokens only, its logprobs, sessions that continue their
+history), scores them with the rollout's default rewards and checks that engine aborts and
+transport errors become aborted/failed samples.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from rollyard.run.collect import checked
 from rollyard.run.rollout_workers import run_sampling
 from rollyard.testing.fakes import SCRIPTED_URL, Reply, ScriptedTransport, tiny_tokenizer
 from rollyard.testing.report import ConformanceReport
+from rollyard.testing.traces import sample_problem, session_problems
 from rollyard.train_flags import TrainFlags
 from rollyard.types import Sample, SampleStatus, Task
 
@@ -272,7 +275,9 @@ class _RolloutChecker:
             return None
 
     def build(self) -> tuple[Rollout, ScriptedTransport] | None:
-        transport = ScriptedTransport(self.replies, tokenizer=self.tokenizer)
+        # logprobs that vary along a reply, so a sample that does not copy them shows
+        transport = ScriptedTransport(self.replies, tokenizer=self.tokenizer,
+                                      logprob=lambda i: -0.5 - 0.125 * (i % 4))
         options = dict(self.options) if isinstance(self.options, Mapping) else self.options
         context = RolloutContext(
             config=ConfigView(self.config), tokenizer=self.tokenizer, transport=transport,
@@ -333,11 +338,14 @@ class _RolloutChecker:
         ok = True
         for split in SPLITS:
             task = splits[split][0]
+            before = len(transport.calls)
             samples = await self.group(rollout, task, f"run_group ({split})")
             if samples is None:
                 ok = False
                 continue
             ok = self.samples(task, samples, f"samples ({split})") and ok
+            ok = ok and self.engine_tokens(task, samples, transport.calls[before:],
+                                           f"engine tokens ({split})")
             if rewards is not None and ok:
                 await self.score(rewards, task, [s for s in samples if s.status in USABLE],
                                  f"default rewards ({split})")
@@ -401,6 +409,23 @@ class _RolloutChecker:
             return False
         if expect_usable:
             self.add(check, True, f"{len(originals)} valid samples for task {task.id!r}")
+        return True
+
+    def engine_tokens(self, task: Task, samples: list[Sample], calls: list[Any],
+                      check: str) -> bool:
+        """Every usable sample against what the scripted engine produced for it (mask,
+        logprobs, prompt_len) and every session's requests against the replies before them;
+        report and return ok."""
+        problems = session_problems(calls)
+        usable = [s for s in samples if s.status in USABLE]
+        problems += [p for i, s in enumerate(usable)
+                     if (p := sample_problem(i, s, calls)) is not None]
+        if problems:
+            self.add(check, False, f"{self.where}, task {task.id!r}: " + "; ".join(problems[:3]))
+            return False
+        turns = len(calls) / max(1, len(samples))
+        self.add(check, True, f"loss mask 1 exactly on the engine's tokens, with its logprobs, "
+                 f"in {len(usable)} samples ({turns:.1f} engine calls per episode)")
         return True
 
     async def score(self, rewards: RewardSet, task: Task, samples: list[Sample],

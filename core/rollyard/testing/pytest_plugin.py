@@ -47,11 +47,11 @@ def rollyard_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Any:
 @pytest.fixture
 def scripted_transport() -> Callable[..., ScriptedTransport]:
     """Make a scripted engine: ``scripted_transport(["12", EngineAborted("x")],
-    tokenizer=rollyard_tokenizer)``; see :class:`rollyard.testing.ScriptedTransport`."""
+    tokenizer=rollyard_tokenizer, per_session=True)``; see
+    :class:`rollyard.testing.ScriptedTransport` (keyword arguments go to it)."""
 
-    def make(replies: Sequence[Reply] = (), *, tokenizer: Any = None,
-             logprob: float = -0.5) -> ScriptedTransport:
-        return ScriptedTransport(replies, tokenizer=tokenizer, logprob=logprob)
+    def make(replies: Sequence[Reply] = (), **kwargs: Any) -> ScriptedTransport:
+        return ScriptedTransport(replies, **kwargs)
 
     return make
 

@@ -147,10 +147,13 @@ class TrainGroup:
 
     @property
     def filters_zero_variance(self) -> bool:
-        """Whether groups whose rewards are all equal are dropped: the algorithm's choice if it
-        makes one, else ``TrainConfig.filter_zero_variance``."""
+        """Whether groups whose rewards are all equal are dropped. A run that keeps them
+        (``TrainConfig.filter_zero_variance=False``, ``--keep-zero-variance-groups``) keeps
+        them whatever the algorithm; otherwise the algorithm's choice, if it makes one."""
         choice = self.algorithm.filters_zero_variance
-        return self.config.filter_zero_variance if choice is None else bool(choice)
+        if not self.config.filter_zero_variance or choice is None:
+            return self.config.filter_zero_variance
+        return bool(choice)
 
     def _advantages(self, samples: list[Sample], step: StepInfo) -> list[float]:
         """The algorithm's advantages, checked at the plugin boundary."""
