@@ -18,7 +18,7 @@ PIP="$VENV/bin/python -m pip"
 $PIP install -q --upgrade pip
 # torch 2.13.0 is the local CPU build for Python 3.11; any other request pulls a CUDA build.
 $PIP install -q "torch==2.13.0"
-$PIP install -q -e ".[test]" -e "plugins-codegolf[verifiers]" -e "plugins-verifiers"
+$PIP install -q -e ".[train,test]" -e "plugins-codegolf[verifiers]" -e "plugins-verifiers"
 for hook in scripts/install.d/*.sh; do
     [ -e "$hook" ] && VENV="$VENV" bash "$hook"
 done

@@ -167,6 +167,13 @@ def rollyard_cli() -> RunRollyard:
 
 
 @pytest.fixture(scope="session")
+def isolated_envs_dir() -> Path:
+    """Where tests cache isolated rollout venvs (``ROLLYARD_ENVS_DIR``): outside the session's
+    temporary folders, so the next session reuses them instead of building again."""
+    return Path.home() / ".cache" / "rollyard" / "test-envs"
+
+
+@pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The default tiny Qwen3 model (seed 0) with its ChatML tokenizer, built once."""
     from rollyard.models.tiny import build_tiny_model

@@ -14,16 +14,18 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from rollyard.errors import RollyardError
+from rollyard.errors import MissingTrainStack, RollyardError
 from rollyard.interfaces import Command
 from rollyard.listing import plugins_table
 from rollyard.plugins import PluginManager
 from rollyard.train_flags import TrainFlags, train_argv_plugins
+from rollyard.train_stack import require_train_stack
 
 #: Commands of the core itself, as "module:Class" so they are imported only when used.
 CORE_COMMANDS = {"init-model": "rollyard.models.command:InitModelCommand",
                  "new-plugin": "rollyard.scaffold:NewPluginCommand",
-                 "check-plugin": "rollyard.testing.command:CheckPluginCommand"}
+                 "check-plugin": "rollyard.testing.command:CheckPluginCommand",
+                 "env": "rollyard.isolation.command:EnvCommand"}
 
 
 def _core_command(path: str) -> Command:
@@ -93,6 +95,7 @@ def cmd_plugins(args: argparse.Namespace, manager: PluginManager) -> int:
 
 
 def cmd_train(flags: TrainFlags, args: argparse.Namespace, manager: PluginManager) -> int:
+    require_train_stack("train")
     from rollyard.run.driver import run_training
     from rollyard.run.signals import RunStopped
 
@@ -106,6 +109,7 @@ def cmd_train(flags: TrainFlags, args: argparse.Namespace, manager: PluginManage
 
 
 def cmd_eval(flags: TrainFlags, args: argparse.Namespace, manager: PluginManager) -> int:
+    require_train_stack("eval")
     from rich.table import Table
 
     from rollyard.run.eval_model import evaluate_model
@@ -142,12 +146,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help()
             return 2
         return int(args.handler(args) or 0)
+    except MissingTrainStack as exc:  # one line, the install command included
+        print(exc, file=sys.stderr)
+        return 1
     except RollyardError as exc:
         Console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         return 1
     except KeyboardInterrupt:
         return 130
-
 
 
 if __name__ == "__main__":

@@ -98,6 +98,12 @@ class RunConfig:
                                         help="groups in flight per rollout worker")
     rollout_workers: int = option(1, group=ROLLOUT, check=positive,
                                   help="Ray actors running the rollout plugin")
+    rollout_env: Literal["auto", "isolated", "shared"] = option(
+        "auto", group=ROLLOUT,
+        help="where the rollout workers run: a venv of the rollout plugin's own, built with uv "
+             "from its declared requirements (isolated), the core's environment (shared), or "
+             "what the rollout class declares (auto: isolated if Rollout.isolated); "
+             "docs/isolation.md")
     max_new_tokens: int = option(24, group=ROLLOUT, check=positive,
                                  help="most tokens generated per turn")
     temperature: float = option(1.0, group=ROLLOUT, check=positive, help="sampling temperature")
@@ -243,7 +249,7 @@ class RunConfig:
 RESUME_SAFE = frozenset({"steps", "save_interval", "max_seconds", "progress",
                          "failure_threshold", "rollout_timeout", "num_cpus", "ray_address",
                          "engine_url", "weight_sync", "log_samples_every", "eval_interval",
-                         "eval_tasks", "eval_samples", "eval_temperature"})
+                         "eval_tasks", "eval_samples", "eval_temperature", "rollout_env"})
 
 
 def core_specs() -> list[OptionSpec]:

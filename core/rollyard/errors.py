@@ -77,3 +77,13 @@ class RolloutError(RollyardError):
 
 class TooManyFailures(RollyardError):
     """The share of failed samples passed the configured threshold; the run stops."""
+
+
+class MissingTrainStack(RollyardError):
+    """A command needs ``rollyard[train]`` (torch, Ray, megatron-core, transformers), which is
+    not installed; the message is the one line the CLI prints."""
+
+    def __init__(self, command: str) -> None:
+        super().__init__(f"rollyard {command} needs rollyard[train]: pip install "
+                         "'rollyard[train]'")
+        self.command = command

@@ -216,6 +216,11 @@ class Rollout(Configurable, ABC):
     #: Rewards the core applies when the user names none: ``{reward name: weight}``.
     #: Empty means the rollout scores its samples itself.
     default_rewards: ClassVar[dict[str, float]] = {}
+    #: Run the rollout workers in a venv of the plugin distribution's own, built from its
+    #: declared requirements (``--rollout-env auto``; docs/isolation.md). Import the
+    #: plugin's dependencies inside methods, never at module level: the core imports the
+    #: plugin's module to list it and read its options.
+    isolated: ClassVar[bool] = False
 
     def __init__(self, context: RolloutContext) -> None:
         context.options = _typed(type(self), context.options)

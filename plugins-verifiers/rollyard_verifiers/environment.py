@@ -10,6 +10,8 @@ Three things verifiers does not do by itself here:
   ``PATH``; the Python interpreter is pinned to this one (no downloads).
 * ``scripts/install.d/verifiers.sh`` builds a PEP 503 index of the chat program's wheels in
   ``<venv>/share/rollyard-verifiers/simple``; when present, ``uv`` resolves from it only.
+  ``ROLLYARD_VERIFIERS_INDEX`` names another such folder (an isolated rollout venv uses the
+  core venv's, docs/isolation.md).
 """
 
 from __future__ import annotations
@@ -52,8 +54,9 @@ def harness_env() -> dict[str, str]:
         "UV_PYTHON": sys.executable,
         "UV_PYTHON_DOWNLOADS": "never",
     }
-    if (OFFLINE_INDEX / "index.html").is_file():
-        env["UV_DEFAULT_INDEX"] = OFFLINE_INDEX.as_uri()
+    index = Path(os.environ.get("ROLLYARD_VERIFIERS_INDEX") or OFFLINE_INDEX).resolve()
+    if (index / "index.html").is_file():
+        env["UV_DEFAULT_INDEX"] = index.as_uri()
     return env
 
 

@@ -21,6 +21,16 @@ def test_harness_programs_get_this_venvs_uv_python_and_index() -> None:
     assert env["UV_DEFAULT_INDEX"] == OFFLINE_INDEX.as_uri()
 
 
+def test_rollyard_verifiers_index_names_another_index(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """An isolated rollout venv has no index of its own; it is pointed at the core venv's."""
+    (tmp_path / "index.html").write_text("<html></html>")
+    monkeypatch.setenv("ROLLYARD_VERIFIERS_INDEX", str(tmp_path))
+    assert harness_env()["UV_DEFAULT_INDEX"] == tmp_path.resolve().as_uri()
+    monkeypatch.setenv("ROLLYARD_VERIFIERS_INDEX", str(tmp_path / "missing"))
+    assert "UV_DEFAULT_INDEX" not in harness_env()
+
+
 @pytest.mark.slow  # imports verifiers
 def test_uv_resolves_the_chat_program_from_the_index_alone(tmp_path: Path) -> None:
     requirements = chat_program_requirements()

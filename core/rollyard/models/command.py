@@ -9,6 +9,7 @@ from types import SimpleNamespace
 from rollyard.errors import ConfigError
 from rollyard.interfaces import Command
 from rollyard.models.tiny import ARCHITECTURES, SIZES, build_tiny_model
+from rollyard.train_stack import require_train_stack
 
 
 class InitModelCommand(Command):
@@ -29,6 +30,7 @@ class InitModelCommand(Command):
                             help="write into DIR even if it is not empty")
 
     def run(self, args: SimpleNamespace) -> int:
+        require_train_stack("init-model")
         out = pathlib.Path(args.dir)
         if out.exists() and not out.is_dir():
             raise ConfigError(f"init-model: {out} exists and is not a folder")

@@ -100,6 +100,19 @@ class PluginSelection:
         self.reward_weights = config.reward_weights or self.rollout.reward_weights(
             self.options("rollout", config.rollout_plugin))
         self.rewards = {name: manager.get("reward", name) for name in self.reward_weights}
+        #: the Python of the rollout workers' isolated venv; None: the core's environment
+        self.worker_python: str | None = None
+
+    def place_workers(self) -> None:
+        """Decide where the rollout workers run (``--rollout-env``), before anything starts:
+        refuse a plugin whose requirements this environment does not meet, or build (find)
+        its isolated venv."""
+        from rollyard.isolation.placement import rollout_python
+
+        others = [("transport", self.config.transport)] + [("reward", name)
+                                                           for name in self.rewards]
+        self.worker_python = rollout_python(self.manager, self.config.rollout_plugin,
+                                            self.config.rollout_env, others, _notice)
 
     def options(self, kind: str, name: str) -> Any:
         return self.config.options_for(self.manager.get(kind, name),
@@ -144,7 +157,8 @@ def rollout_spec(config: RunConfig, selection: PluginSelection, model_dir: Path,
     observers = observer_tables(selection.manager)
     data = {key: value for key, value in config.to_data().items() if key not in observers}
     return RolloutSpec(config=data, reward_weights=selection.reward_weights,
-                       model_dir=str(model_dir), engine_urls=urls)
+                       model_dir=str(model_dir), engine_urls=urls,
+                       python=selection.worker_python)
 
 
 def _as_dict(values: Any) -> dict[str, Any]:
@@ -163,6 +177,7 @@ def run_training(config: RunConfig, manager: PluginManager,
     selection = PluginSelection(config, manager)
     if defaults is not None:
         selection.check_unused_options(defaults)
+    selection.place_workers()
     config = selection.selected_config()
     run_dir = Path(resume) if resume else make_run_dir(config)
     model_dir = Path(config.model) if config.model else default_model_dir(

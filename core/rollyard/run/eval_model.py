@@ -18,9 +18,11 @@ from rollyard.run.evaluate import EvalPlan, run_evaluation
 def evaluate_model(config: RunConfig, manager: PluginManager) -> dict[str, float]:
     """Start the engines on ``config.model`` (the default run's tiny model when unset), run
     one evaluation of the rollout's eval split and return its ``eval/*`` metrics."""
+    from rollyard.isolation.placement import check_in_process
     from rollyard.run.rollout_workers import RolloutWorker
 
     selection = PluginSelection(config, manager)
+    check_in_process(manager, config.rollout_plugin, config.rollout_env, "rollyard eval")
     config = selection.selected_config()
     model_dir = (Path(config.model) if config.model
                  else default_model_dir(Path(config.runs_dir), config.seed))

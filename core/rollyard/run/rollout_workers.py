@@ -37,6 +37,7 @@ class RolloutSpec:
     reward_weights: dict[str, float]
     model_dir: str
     engine_urls: list[str]
+    python: str | None = None  # an isolated venv's interpreter (docs/isolation.md)
 
 
 class RolloutWorker:
@@ -171,16 +172,31 @@ def run_sampling(config: RunConfig) -> SamplingParams:
 
 
 class RolloutPool:
-    """``count`` rollout workers; a step's tasks are dealt round-robin among them."""
+    """``count`` rollout workers; a step's tasks are dealt round-robin among them. A worker
+    that dies is started again; the tasks it held become failed samples."""
 
     def __init__(self, spec: RolloutSpec, count: int) -> None:
         import ray
 
         remote = ray.remote(num_cpus=0, max_concurrency=64)(RolloutWorker)
-        self.workers = [remote.remote(spec, i) for i in range(count)]
+        # an isolated plugin's workers run on its venv's interpreter (docs/isolation.md)
+        self._remote = (remote.options(runtime_env={"py_executable": spec.python})
+                        if spec.python else remote)
+        self.spec = spec
+        self.workers = [self._remote.remote(spec, i) for i in range(count)]
         self.config = spec.config
         self.group_size = int(spec.config["group_size"])
+        self.restarts = 0
         ray.get([w.__ray_ready__.remote() for w in self.workers])
+
+    def _restart(self, index: int) -> None:
+        """Replace a dead worker with a new one built from the same spec."""
+        import ray
+
+        ray.kill(self.workers[index])
+        self.workers[index] = self._remote.remote(self.spec, index)
+        ray.get(self.workers[index].__ray_ready__.remote())
+        self.restarts += 1
 
     def num_tasks(self, split: str) -> int:
         import ray
@@ -209,17 +225,20 @@ class RolloutPool:
         count = len(self.workers)
         seeds = list(seeds) if seeds is not None else [None] * len(tasks)
         shares = [tasks[i::count] for i in range(count)]
-        refs = [(share, getattr(w, method).remote(share, seeds[i::count]))
+        refs = [(i, share, getattr(w, method).remote(share, seeds[i::count]))
                 for i, (w, share) in enumerate(zip(self.workers, shares)) if share]
         samples: list[Sample] = []
         solved: list[bool] = []
         metrics: dict[str, list[float]] = {}
-        for share, ref in refs:
+        for index, share, ref in refs:
             try:
                 got, *got_solved, env_metrics = ray.get(ref)
             except ray.exceptions.RayError as exc:
+                if isinstance(exc, ray.exceptions.RayActorError):
+                    self._restart(index)
+                reason = str(exc).strip().splitlines()[0]
                 lost = [placeholder(Task(id=f"{split}[{task}]", prompt=""), SampleStatus.FAILED,
-                                    f"rollout worker failed: {type(exc).__name__}: {exc}")
+                                    f"rollout worker failed: {type(exc).__name__}: {reason}")
                         for task in share for _ in range(group_size)]
                 samples += lost
                 solved += [False] * len(lost)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import importlib.util
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
@@ -136,13 +137,19 @@ class ScriptedTransport(Transport):
 
 @functools.cache
 def tiny_tokenizer(folder: str | Path | None = None) -> Any:
-    """The tokenizer of ``rollyard init-model``'s tiny models (ChatML template, EOS), saved to
-    ``folder`` and loaded back with ``AutoTokenizer`` as a run loads it from its model folder;
+    """The tokenizer of ``rollyard init-model``'s tiny models (ChatML chat template, EOS), saved
+    to ``folder`` and loaded back with ``AutoTokenizer`` as a run loads it from its model folder;
     built once per process and folder. Without a folder it uses a temporary one that lives
     as long as the process (plugins such as verifiers reload the tokenizer from its path).
 
     It is the tokenizer :func:`rollyard.models.tiny.build_tiny_model` writes, without building
-    the model weights (which would import torch)."""
+    the model weights (which would import torch). In the light core (no ``transformers``) it is
+    :class:`rollyard.models.byte_tokenizer.ByteChatTokenizer`: the same specials and chat
+    template, one token per byte."""
+    if importlib.util.find_spec("transformers") is None:
+        from rollyard.models.byte_tokenizer import ByteChatTokenizer
+
+        return ByteChatTokenizer()
     from transformers import AutoTokenizer
 
     from rollyard.models.tiny import VOCAB_SIZE

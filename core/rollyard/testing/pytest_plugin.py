@@ -39,7 +39,8 @@ def rollyard_manager() -> Iterator[PluginManager]:
 @pytest.fixture(scope="session")
 def rollyard_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The tokenizer of rollyard's tiny models (ChatML chat template), built once per
-    session in a temporary folder it is loaded from; imports transformers when first used."""
+    session in a temporary folder it is loaded from; imports transformers when first used
+    (the light core's byte-level tokenizer without it)."""
     return tiny_tokenizer(tmp_path_factory.mktemp("rollyard-tokenizer"))
 
 
