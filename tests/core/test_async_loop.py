@@ -122,6 +122,7 @@ def run_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, rollout_delay: 
                             on_step_end=lambda step, metrics: rows.append(metrics))
     manager = SimpleNamespace(hooks=hooks, observers=dict)  # no observer plugins
     selection = SimpleNamespace(manager=manager, reward_weights={},
+                                worker_python=None,  # workers in the core's environment
                                 transport=lambda urls, options: engine,
                                 options=lambda kind, name: None)
     run_dir = tmp_path / "run"
