@@ -6,6 +6,7 @@ import argparse
 import importlib
 import json
 import sys
+import traceback
 import warnings
 from collections.abc import Sequence
 from types import SimpleNamespace
@@ -14,7 +15,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from rollyard.errors import MissingTrainStack, RollyardError
+from rollyard.errors import MissingTrainStack, RollyardError, describe_error
 from rollyard.interfaces import Command
 from rollyard.listing import plugins_table
 from rollyard.plugins import PluginManager
@@ -52,6 +53,9 @@ def _command_args(args: argparse.Namespace) -> SimpleNamespace:
 def build_parser(manager: PluginManager) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rollyard", description="Plugin-based rollouts for RL of language models.")
+    parser.add_argument("--debug", action="store_true",
+                        help="on an error, print its full traceback too (also accepted after "
+                             "the command)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     plugins = subparsers.add_parser("plugins", help="list installed plugins",
@@ -129,8 +133,28 @@ def _short_warning(message, category, filename, lineno, line=None) -> str:
     return f"warning: {message}\n"
 
 
+def _is_from_ray(exc: BaseException) -> bool:
+    return type(exc).__module__.split(".")[0] == "ray"
+
+
+def report_error(exc: BaseException, debug: bool) -> None:
+    """Say what went wrong in one ``error:`` line on stderr (where the traceback is, when the
+    error carries that as a note); with ``debug`` the full traceback comes first."""
+    if debug:
+        traceback.print_exception(exc)
+    line = describe_error(exc)
+    notes = [note for note in getattr(exc, "__notes__", ()) if note]
+    if notes:
+        line += f" ({'; '.join(notes)})"
+    Console(stderr=True).print(f"[bold red]error:[/] {escape(line)}", highlight=False,
+                               soft_wrap=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # --debug anywhere (rollyard train ... --debug): the CLI's own, not a command's option
+    debug = "--debug" in argv
+    argv = [arg for arg in argv if arg != "--debug"]
     warnings.formatwarning = _short_warning
     try:
         manager = PluginManager()
@@ -150,7 +174,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(exc, file=sys.stderr)
         return 1
     except RollyardError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        report_error(exc, debug)
+        return 1
+    except Exception as exc:
+        # what a Ray actor raised reaches the user as its own line, not Ray's wrapper; any
+        # other exception is a bug of rollyard's, shown with its traceback
+        if not _is_from_ray(exc):
+            raise
+        report_error(exc, debug)
         return 1
     except KeyboardInterrupt:
         return 130

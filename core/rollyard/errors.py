@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import sys
+
 
 class RollyardError(Exception):
     """Base class of every error rollyard raises on purpose."""
@@ -87,3 +90,46 @@ class MissingTrainStack(RollyardError):
         super().__init__(f"rollyard {command} needs rollyard[train]: pip install "
                          "'rollyard[train]'")
         self.command = command
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def strip_ansi(text: str) -> str:
+    """``text`` without terminal colour codes (Ray colours its remote tracebacks)."""
+    return _ANSI.sub("", text)
+
+
+def one_line(text: str) -> str:
+    """``text`` as one line for the user: terminal colour codes removed, lines joined."""
+    return " ".join(strip_ansi(text).split())
+
+
+def remote_cause(exc: BaseException) -> BaseException:
+    """The exception a Ray task or actor method raised, for one that Ray wrapped
+    (``RayTaskError``, nested or not); any other exception as it is. Ray is never imported
+    here: an exception from Ray means Ray is loaded."""
+    ray_exceptions = sys.modules.get("ray.exceptions")
+    while (ray_exceptions is not None and isinstance(exc, ray_exceptions.RayTaskError)
+           and isinstance(exc.cause, BaseException) and exc.cause is not exc):
+        exc = exc.cause
+    return exc
+
+
+def describe_error(exc: BaseException) -> str:
+    """What went wrong, as one line for the user: a RollyardError's own message (it names
+    what and where), the message a Ray actor's code raised without Ray's wrapper, else the
+    exception's type and message."""
+    cause = remote_cause(exc)
+    ray_exceptions = sys.modules.get("ray.exceptions")
+    if isinstance(cause, RollyardError):
+        text = str(cause)
+    elif (ray_exceptions is not None and isinstance(cause, ray_exceptions.RayActorError)
+          and cause.actor_init_failed):
+        # Ray keeps only the text of the creation task's error; its last line is the
+        # exception's own (``ValueError: ...``)
+        lines = [line for line in strip_ansi(str(cause)).splitlines() if line.strip()]
+        text = f"a Ray actor failed to start: {lines[-1].strip() if lines else cause}"
+    else:
+        text = f"{type(cause).__name__}: {cause}"
+    return one_line(text)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import shutil
 import time
+import traceback
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -15,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rollyard.config import RunConfig
-from rollyard.errors import ConfigError, TooManyFailures
+from rollyard.errors import ConfigError, TooManyFailures, strip_ansi
 from rollyard.options import options_data
 from rollyard.plugin_options import observer_tables, table_of
 from rollyard.plugins import PluginManager
@@ -25,6 +27,13 @@ from rollyard.run.group_draw import GroupDraw, draw_groups, resample_budget
 from rollyard.run.metrics import failure_reasons, sample_metrics
 from rollyard.run.phase_clock import ROLLOUT, TRAINER, PhaseClock
 from rollyard.run.pipeline import RolloutPipeline
+from rollyard.run.preflight import (
+    TaskCounts,
+    count_tasks,
+    count_tasks_isolated,
+    counts_of,
+    run_splits,
+)
 from rollyard.run.ray_cluster import start_ray
 from rollyard.run.resume import check_checkpoint_model, find_checkpoint
 from rollyard.run.rollout_workers import RolloutPool, RolloutSpec
@@ -46,11 +55,10 @@ def default_model_dir(runs_dir: Path, seed: int) -> Path:
     return target
 
 
-def make_run_dir(config: RunConfig) -> Path:
+def new_run_dir(config: RunConfig) -> Path:
+    """Where a new run's folder goes (``--name``, else the rollout and the time)."""
     name = config.name or f"{config.rollout_plugin}-{datetime.now():%Y%m%d-%H%M%S}"
-    run_dir = Path(config.runs_dir) / name
-    run_dir.mkdir(parents=True, exist_ok=True)
-    return run_dir
+    return Path(config.runs_dir) / name
 
 
 class TaskCycle:
@@ -113,6 +121,25 @@ class PluginSelection:
                                                            for name in self.rewards]
         self.worker_python = rollout_python(self.manager, self.config.rollout_plugin,
                                             self.config.rollout_env, others, _notice)
+
+    def preflight(self, config: RunConfig, model_dir: Path) -> TaskCounts:
+        """Build the rollout and count the tasks of the splits the run uses, where its workers
+        will run (:mod:`rollyard.run.preflight`), after :meth:`place_workers` and before
+        anything starts; a ConfigError when a split the run needs is empty."""
+        splits = run_splits(config)
+        if self.worker_python is None:
+            counts = counts_of(count_tasks(
+                self.rollout, self.options("rollout", config.rollout_plugin), config,
+                model_dir, splits))
+        else:
+            counts = count_tasks_isolated(self.worker_python,
+                                          rollout_spec(config, self, model_dir, []), splits)
+        if not counts.train:
+            raise ConfigError(f"rollout {config.rollout_plugin!r} has no training tasks (its "
+                              "tasks('train') is empty)")
+        if counts.eval is not None:
+            EvalPlan.of(config, counts.eval, f"--eval-interval {config.eval_interval}")
+        return counts
 
     def options(self, kind: str, name: str) -> Any:
         return self.config.options_for(self.manager.get(kind, name),
@@ -179,17 +206,14 @@ def run_training(config: RunConfig, manager: PluginManager,
         selection.check_unused_options(defaults)
     selection.place_workers()
     config = selection.selected_config()
-    run_dir = Path(resume) if resume else make_run_dir(config)
     model_dir = Path(config.model) if config.model else default_model_dir(
-        run_dir.parent if resume else Path(config.runs_dir), config.seed)
+        Path(resume).parent if resume else Path(config.runs_dir), config.seed)
     if not (model_dir / "config.json").exists():
         raise ConfigError(f"--model {str(model_dir)!r} has no config.json (a Hugging Face "
                           "model folder is expected; build one with `rollyard init-model DIR`)")
     if checkpoint is not None:
         check_checkpoint_model(checkpoint, model_dir)
-        _notice(f"resuming {run_dir} from {checkpoint.path.name}"
-                + (f" ({note})" if note else ""))
-    config.save(run_dir / "config.json")
+    counts = selection.preflight(config, model_dir)
 
     from rollyard.training import TrainConfig, TrainGroup
 
@@ -209,10 +233,18 @@ def run_training(config: RunConfig, manager: PluginManager,
         stop.__exit__(None, None, None)
         raise
     stop.install()  # over the SIGTERM handler ray.init sets
-    status, error = "failed", None
-    manager.hooks.on_run_start(config.to_data(), str(run_dir),
-                               resumed_step=checkpoint.step if checkpoint else 0)
+    run_dir = Path(resume) if resume else new_run_dir(config)
+    fresh = not run_dir.exists()  # a folder this run makes (never one that was there)
+    status, error, session, kept = "failed", None, None, True
     try:
+        # the run folder exists from here on; a failure before the first step removes it
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if checkpoint is not None:
+            _notice(f"resuming {run_dir} from {checkpoint.path.name}"
+                    + (f" ({note})" if note else ""))
+        config.save(run_dir / "config.json")
+        manager.hooks.on_run_start(config.to_data(), str(run_dir),
+                                   resumed_step=checkpoint.step if checkpoint else 0)
         engine = (selection.engine(selection.options("engine", config.engine))
                   if selection.engine else None)
         with EngineFleet(engine, str(model_dir), config.num_engines,
@@ -229,7 +261,7 @@ def run_training(config: RunConfig, manager: PluginManager,
                     group.load_checkpoint(str(checkpoint.trainer_dir.resolve()))
                 session = RunSession(config, selection, run_dir, model_dir, fleet, group,
                                      RunCheckpoints(run_dir, config.save_interval, stop,
-                                                    checkpoint))
+                                                    checkpoint), counts)
                 asyncio.run(session.run())
             finally:
                 group.shutdown()
@@ -239,6 +271,9 @@ def run_training(config: RunConfig, manager: PluginManager,
         raise
     except BaseException as exc:
         error = f"{type(exc).__name__}: {exc}"
+        kept = not fresh or (session is not None and session.steps_done > 0)
+        exc.add_note(keep_failure(run_dir, exc) if kept else
+                     "no run folder kept: the run failed before its first step")
         raise
     finally:
         stop.__exit__(None, None, None)
@@ -247,7 +282,27 @@ def run_training(config: RunConfig, manager: PluginManager,
             import ray
 
             ray.shutdown()
+        if status == "failed" and not kept:
+            shutil.rmtree(run_dir, ignore_errors=True)
     return run_dir
+
+
+#: The file of a run folder that holds the traceback of the error that stopped the run.
+FAILURE_LOG = "log.txt"
+
+
+def keep_failure(run_dir: Path, exc: BaseException) -> str:
+    """Write the traceback of ``exc`` to the run folder's log; returns where it is, as the
+    note the error line ends with. Ray's remote tracebacks lose their colour codes."""
+    path = run_dir / FAILURE_LOG
+    text = "".join(traceback.format_exception(exc))
+    with path.open("a") as log:
+        log.write(f"{datetime.now():%Y-%m-%d %H:%M:%S} run failed\n{strip_ansi(text)}\n")
+    return f"traceback in {path}"
+
+
+def _pool_counts(pool: RolloutPool, config: RunConfig) -> TaskCounts:
+    return counts_of({split: pool.num_tasks(split) for split in run_splits(config)})
 
 
 def _notice(line: str) -> None:
@@ -275,8 +330,13 @@ class RunSession:
 
     def __init__(self, config: RunConfig, selection: PluginSelection, run_dir: Path,
                  model_dir: Path, fleet: EngineFleet, group: Any,
-                 checkpoints: RunCheckpoints | None = None) -> None:
+                 checkpoints: RunCheckpoints | None = None,
+                 counts: TaskCounts | None = None) -> None:
         self.config, self.selection, self.run_dir = config, selection, run_dir
+        #: the task counts the preflight found; None: asked of the rollout workers
+        self.counts = counts
+        #: steps this session finished (a failed run without any leaves no run folder)
+        self.steps_done = 0
         self.model_dir, self.fleet, self.group = model_dir, fleet, group
         self.hooks = selection.manager.hooks
         self.weight_sync = make_weight_sync(config.weight_sync, run_dir, fleet, group)
@@ -317,10 +377,9 @@ class RunSession:
         config, sel = self.config, self.selection
         transport = sel.transport(self.fleet.urls, sel.options("transport", config.transport))
         pool = await asyncio.to_thread(RolloutPool, self.rollout_spec(), config.rollout_workers)
-        tasks = TaskCycle(await asyncio.to_thread(pool.num_tasks, "train"),
-                          random.Random(config.seed))
-        plan = (EvalPlan.of(config, await asyncio.to_thread(pool.num_tasks, "eval"),
-                            f"--eval-interval {config.eval_interval}")
+        counts = self.counts or await asyncio.to_thread(_pool_counts, pool, config)
+        tasks = TaskCycle(counts.train, random.Random(config.seed))
+        plan = (EvalPlan.of(config, counts.eval or 0, f"--eval-interval {config.eval_interval}")
                 if config.eval_interval else None)
         progress = Progress(TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(),
                             TimeElapsedColumn(), disable=not config.progress)
@@ -350,6 +409,7 @@ class RunSession:
                     metrics["time/unix"] = time.time()
                     metrics["time/checkpoint_s"] = saves.take_seconds()
                     self.hooks.on_step_end(step, metrics)
+                    self.steps_done += 1
                     progress.advance(bar)
                     done = step
                     if saves.due(step):

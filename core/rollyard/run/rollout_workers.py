@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from rollyard.config import ConfigView, RunConfig
-from rollyard.errors import ConfigError, PluginError, RollyardError
+from rollyard.errors import ConfigError, PluginError, RollyardError, describe_error
 from rollyard.interfaces import RewardContext, RolloutContext
 from rollyard.plugin_options import OptionTables
 from rollyard.plugins import PluginManager
@@ -40,6 +40,17 @@ class RolloutSpec:
     python: str | None = None  # an isolated venv's interpreter (docs/isolation.md)
 
 
+def load_run(spec: RolloutSpec) -> tuple[PluginManager, RunConfig]:
+    """The plugins of the run ``spec`` describes, loaded by entry point in this process, and
+    its config with their options."""
+    manager = PluginManager()
+    top = {k: v for k, v in spec.config.items() if not isinstance(v, dict)}
+    wanted = (RunConfig.from_data(top, OptionTables()).wanted_plugins()
+              + [("reward", name) for name in spec.reward_weights])
+    manager.load_for_run(wanted)
+    return manager, RunConfig.from_data(spec.config, OptionTables.from_manager(manager))
+
+
 class RolloutWorker:
     """One process running the rollout plugin; wrapped with ``ray.remote`` by the pool.
 
@@ -50,12 +61,7 @@ class RolloutWorker:
     def __init__(self, spec: RolloutSpec, index: int) -> None:
         from transformers import AutoTokenizer
 
-        manager = PluginManager()
-        top = {k: v for k, v in spec.config.items() if not isinstance(v, dict)}
-        wanted = (RunConfig.from_data(top, OptionTables()).wanted_plugins()
-                  + [("reward", name) for name in spec.reward_weights])
-        manager.load_for_run(wanted)
-        config = RunConfig.from_data(spec.config, OptionTables.from_manager(manager))
+        manager, config = load_run(spec)
 
         def options(kind: str, name: str) -> Any:
             return config.options_for(manager.get(kind, name), manager.owner(kind, name).name)
@@ -236,9 +242,8 @@ class RolloutPool:
             except ray.exceptions.RayError as exc:
                 if isinstance(exc, ray.exceptions.RayActorError):
                     self._restart(index)
-                reason = str(exc).strip().splitlines()[0]
                 lost = [placeholder(Task(id=f"{split}[{task}]", prompt=""), SampleStatus.FAILED,
-                                    f"rollout worker failed: {type(exc).__name__}: {reason}")
+                                    f"rollout worker failed: {describe_error(exc)}")
                         for task in share for _ in range(group_size)]
                 samples += lost
                 solved += [False] * len(lost)

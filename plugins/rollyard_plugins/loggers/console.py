@@ -38,6 +38,7 @@ def on_step_end(step, metrics):
 
 
 @hookimpl
-def on_run_end(run_dir, status, error):
+def on_run_end(run_dir, status):
+    # the error itself is the command's own last line (``error: ...``), not repeated here
     style = "green" if status == "completed" else "red"
-    console.print(f"[{style}]run {status}[/]: {run_dir}" + (f" ({error})" if error else ""))
+    console.print(f"[{style}]run {status}[/]: {run_dir}")
