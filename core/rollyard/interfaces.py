@@ -221,6 +221,10 @@ class Rollout(Configurable, ABC):
     #: plugin's dependencies inside methods, never at module level: the core imports the
     #: plugin's module to list it and read its options.
     isolated: ClassVar[bool] = False
+    #: The eval split is held out: no eval task id is also a training task id, which
+    #: ``rollyard check-plugin`` then checks. Task ids need only be unique within a split,
+    #: so without it an eval split may reuse training tasks (ids made from dataset indices).
+    eval_held_out: ClassVar[bool] = False
 
     def __init__(self, context: RolloutContext) -> None:
         context.options = _typed(type(self), context.options)

@@ -64,6 +64,7 @@ class StringOperationRollout(Rollout):
     name = "toy"
     Options = ToyOptions
     default_rewards = {"char-f1": 1.0, "exact-match": 1.0}
+    eval_held_out = True  # no eval word is a training word
 
     def __init__(self, context: RolloutContext) -> None:
         super().__init__(context)

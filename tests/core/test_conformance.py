@@ -95,10 +95,13 @@ def check(rollyard_tokenizer):
 
 
 def failure(report, check: str) -> str:
-    """The message of the one failed check whose name ends with ``check``."""
+    """The message of the one failed check whose name ends with ``check``; every failed
+    check says what to change."""
     failed = [r for r in report.failures if r.check.endswith(check)]
     assert len(failed) == 1, report.format()
     assert not report.ok
+    assert all(r.fix for r in report.failures), report.format()
+    assert f"        fix: {failed[0].fix}" in report.format()
     return failed[0].message
 
 
@@ -111,7 +114,7 @@ def test_standard_toy_plugin_passes_every_check(rollyard_tokenizer):
     outcomes = {r.check: r.outcome for r in report.results}
     assert set(outcomes.values()) == {"pass"}
     assert {"registration", "options", "rollout 'toy': tasks('train')",
-            "rollout 'toy': splits are disjoint", "rollout 'toy': samples (train)",
+            "rollout 'toy': task ids across splits", "rollout 'toy': samples (train)",
             "rollout 'toy': default rewards (train)", "rollout 'toy': engine abort",
             "rollout 'toy': transport error"} <= set(outcomes)
     assert "declares --toy-operation, --toy-num-tasks" in report.format()
@@ -171,14 +174,29 @@ def test_empty_split_is_named(check):
     assert "plugin 'broken', rollout 'words': tasks('eval'): the 'eval' split is empty" in message
 
 
-def test_tasks_in_both_splits_are_named(check):
-    class Overlap(Words):
-        def tasks(self, split):
-            return [*super().tasks(split), Task(id="w-0", prompt="say w0")] \
-                if split == "eval" else super().tasks(split)
+class Overlap(Words):
+    """An eval split that repeats a training task (the same dataset scored separately)."""
 
-    message = failure(check(Overlap), "splits are disjoint")
-    assert "1 task id(s) are in both 'train' and 'eval', e.g. ['w-0']" in message
+    def tasks(self, split):
+        return [*super().tasks(split), Task(id="w-0", prompt="say w0")] \
+            if split == "eval" else super().tasks(split)
+
+
+def test_splits_may_share_task_ids_unless_the_eval_split_is_held_out(check):
+    report = check(Overlap)
+    assert report.ok, report.format()
+    [result] = [r for r in report.results if r.check.endswith("task ids across splits")]
+    assert result.message == ("1 task id(s) are in both 'train' and 'eval', e.g. ['w-0']: "
+                              "allowed, the rollout does not declare eval_held_out = True")
+
+
+def test_a_held_out_eval_split_sharing_task_ids_is_named(check):
+    class HeldOut(Overlap):
+        eval_held_out = True
+
+    message = failure(check(HeldOut), "task ids across splits")
+    assert message == ("plugin 'broken', rollout 'words': 1 task id(s) are in both 'train' "
+                       "and 'eval', e.g. ['w-0'], but it declares eval_held_out = True")
 
 
 def test_nondeterministic_tasks_are_named(check):
@@ -504,8 +522,36 @@ def test_check_plugin_command_prints_the_report(rollyard_cli, make_distribution)
     failed = rollyard_cli("check-plugin", "dupes", paths=[site])
     assert failed.returncode == 1, failed.stderr
     assert "FAIL  rollout 'dupes': tasks('train'): plugin 'dupes', rollout 'dupes': " \
-           "tasks('train'): task id 'same' appears 2 times" in failed.stdout
+           "tasks('train'): task id 'same' appears 2 times\n        fix: return, for each " \
+           "split, a non-empty list of rollyard.Task" in failed.stdout
     assert failed.stdout.rstrip().endswith("failed, 0 skipped")
+
+
+@pytest.mark.slow
+def test_check_plugin_accepts_an_eval_split_that_is_the_training_set(rollyard_cli,
+                                                                     make_distribution):
+    """A taskset without split-specific ids (a verifiers taskset whose eval split is its
+    dataset again) keeps the contract."""
+    site = make_distribution("rollyard-same-split", modules={"same_split.py": textwrap.dedent("""
+        from rollyard import hookimpl
+        from rollyard_plugins.toy import StringOperationRollout
+
+        class SameSplit(StringOperationRollout):
+            name = "same-split"
+            eval_held_out = False  # unlike the toy's, this eval split is the training set
+
+            def tasks(self, split):
+                return super().tasks("train")
+
+        @hookimpl
+        def register_rollouts(register):
+            register(SameSplit)
+        """)}, entry_points={"same-split": "same_split"})
+    result = rollyard_cli("check-plugin", "same-split", "--same-split-num-tasks", "10",
+                          paths=[site])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert ("PASS  rollout 'same-split': task ids across splits: 8 task id(s) are in both "
+            "'train' and 'eval'") in result.stdout
 
 
 @pytest.mark.slow

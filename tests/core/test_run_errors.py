@@ -109,6 +109,7 @@ def test_debug_adds_the_traceback(rollyard_cli, site, tiny_model_dir, tmp_path) 
     assert error_lines(result.stderr)[-1].startswith("error: rollout 'broken' failed to build")
 
 
+@pytest.mark.slow
 def test_a_rollout_failing_mid_run_in_its_ray_worker_is_one_line_and_keeps_the_run(
         rollyard_cli, site, tiny_model_dir, tmp_path) -> None:
     """Step 1 trains; from step 2 the rollout's run_group raises inside its Ray worker, every

@@ -105,6 +105,25 @@ def test_an_unresolvable_requirement_is_named_before_training(
 
 
 @pytest.mark.slow
+def test_a_rollout_failing_to_build_in_its_venv_is_refused_before_ray(
+        rollyard_cli, clash_site: Path, isolated_envs_dir: Path, tiny_model_dir: Path,
+        tmp_path: Path) -> None:
+    """The preflight builds the rollout on the venv's Python (openai 2.6.1 there) and brings
+    its error back as one line, before Ray and the run folder."""
+    result = rollyard_cli(
+        "train", "--rollout-plugin", "clash", "--rollout-env", "isolated",
+        "--clash-fail-to-build", "no judge configured", "--model", str(tiny_model_dir),
+        "--runs-dir", str(tmp_path / "runs"), paths=[clash_site],
+        env={"ROLLYARD_ENVS_DIR": str(isolated_envs_dir)}, timeout=600)
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert errors == ["error: rollout 'clash' failed to build: RuntimeError: no judge "
+                      "configured (openai 2.6.1)"], result.stderr
+    assert "Traceback" not in result.stderr and "ray" not in result.stderr.lower()
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow
 def test_env_build_finds_rebuilds_a_broken_venv_and_lists_it(
         rollyard_cli, clash_site: Path, isolated_envs_dir: Path) -> None:
     env = {"ROLLYARD_ENVS_DIR": str(isolated_envs_dir)}

@@ -44,6 +44,47 @@ from rollyard.types import Sample, SampleStatus, Task
 SPLITS = ("train", "eval")
 USABLE = (SampleStatus.COMPLETED, SampleStatus.TRUNCATED)
 
+#: What to change when a check fails, by the kind of failure (docs/writing-plugins.md).
+FIXES = {
+    "not installed": "install the plugin (pip install -e PATH) or correct the name; "
+                     "`rollyard plugins` lists the installed entry points",
+    "load error": "fix the error above in the plugin's entry-point module or hook; "
+                  "`rollyard plugins` shows it too",
+    "no hook": "decorate the hook functions with @rollyard.hookimpl and name them after a "
+               "hookspec (register_rollouts, register_rewards, ...)",
+    "options": "declare options as a frozen dataclass `Options` on the class, each field an "
+               "option(default, help=...) (docs/writing-plugins.md)",
+    "option defaults": "give every option a default that passes its own check",
+    "reward build": "make the reward's constructor work from a RewardContext (tokenizer, "
+                    "options) alone, with the default options",
+    "default rewards": "set default_rewards to {reward name: weight}, naming rewards that "
+                       "this plugin or an installed one registers (`rollyard plugins --hook "
+                       "register_rewards`); {} when the rollout scores its own samples",
+    "reward set": "let the rewards' evaluators start without a run, or install what they "
+                  "need",
+    "construct": "make the constructor work from the RolloutContext alone with the default "
+                 "options: read options from context.options, send no engine requests (the "
+                 "engines start after it), load data it cannot find with a clear error",
+    "tasks raised": "make tasks('train') and tasks('eval') return lists of rollyard.Task",
+    "tasks": "return, for each split, a non-empty list of rollyard.Task with non-empty string "
+             "ids unique within the split and text or chat-message prompts",
+    "deterministic": "derive the tasks from context.config.seed and the options only (no "
+                     "clock, uuid, or unseeded random)",
+    "held out": "give the eval tasks ids (and problems) of their own, or drop "
+                "eval_held_out = True if the eval split is not held out",
+    "run_group": "return failed or aborted samples (Sample.lost, rollyard.episodes) instead "
+                 "of raising; catch rollyard.TransportError around engine calls",
+    "timeout": "make run_group finish in time: in a run it is stopped after "
+               "--rollout-timeout seconds",
+    "samples": "build samples with rollyard.episodes (sample_single_turn, Conversation), "
+               "which keep the invariants; Sample.validate() names the broken field",
+    "engine tokens": "take response tokens and logprobs from the transport's results and "
+                     "set loss_mask 1 on them only (0 on tokens the environment inserted); "
+                     "never re-tokenise text",
+    "score": "make the rewards return a finite float (or {name: float}) for these samples",
+    "metrics": "return {name: finite float} from metrics()",
+}
+
 
 def check_plugin(plugin: str | object, *, name: str | None = None,
                  argv: Sequence[str] = (), options: Mapping[str, Any] | None = None,
@@ -65,7 +106,8 @@ def check_plugin(plugin: str | object, *, name: str | None = None,
             installed = sorted(ep.name for ep in PluginManager(environ={}).entry_points())
             report = ConformanceReport(label)
             report.add("registration", "fail", f"no entry point named {plugin!r} in group "
-                       f"'rollyard' is installed; installed: {', '.join(installed) or 'none'}")
+                       f"'rollyard' is installed; installed: {', '.join(installed) or 'none'}",
+                       fix=FIXES["not installed"])
             return report
         load = manager.load_all
     else:
@@ -85,9 +127,10 @@ def check_plugin(plugin: str | object, *, name: str | None = None,
     where = f"plugin {label!r}"
     if record.errors:
         for error in record.errors:
-            report.add("registration", "fail", f"{where}: {error}")
+            report.add("registration", "fail", f"{where}: {error}", fix=FIXES["load error"])
     elif not record.hooks:
-        report.add("registration", "fail", f"{where} implements no rollyard hook")
+        report.add("registration", "fail", f"{where} implements no rollyard hook",
+                   fix=FIXES["no hook"])
     else:
         registers = "; ".join(f"{kind}: {', '.join(names)}"
                               for kind, names in record.registers.items()) or "nothing"
@@ -165,21 +208,21 @@ def _check_options(report: ConformanceReport, manager: PluginManager, label: str
     try:
         flags = TrainFlags(parser, manager)
     except PluginError as exc:
-        report.add("options", "fail", f"{where}: {exc}")
+        report.add("options", "fail", f"{where}: {exc}", fix=FIXES["options"])
         return None
     except Exception as exc:
         report.add("options", "fail", f"{where}: declaring options raised "
-                   f"{type(exc).__name__}: {exc}")
+                   f"{type(exc).__name__}: {exc}", fix=FIXES["options"])
         return None
     try:
         run_config = flags.parse(argv)
     except SystemExit:
         report.add("options", "fail", f"{where}: `rollyard train {' '.join(argv)}` does not "
                    "parse (see the usage error above); without arguments, every plugin option "
-                   "needs a default")
+                   "needs a default", fix=FIXES["option defaults"])
         return None
     except RollyardError as exc:
-        report.add("options", "fail", f"{where}: {exc}")
+        report.add("options", "fail", f"{where}: {exc}", fix=FIXES["option defaults"])
         return None
     declared = flags.plugin_flags()
     report.add("options", "pass", f"{where} declares {', '.join(declared)}" if declared
@@ -194,7 +237,7 @@ def _check_reward_builds(report: ConformanceReport, where: str, manager: PluginM
         manager.get("reward", name)(RewardContext(tokenizer, options))
     except Exception as exc:
         report.add(check, "fail", f"{where}: building reward {name!r} raised "
-                   f"{type(exc).__name__}: {exc}")
+                   f"{type(exc).__name__}: {exc}", fix=FIXES["reward build"])
         return
     report.add(check, "pass", f"{where}: builds (no rollout of this plugin uses it by default, "
                "so it was not scored)")
@@ -214,9 +257,9 @@ class _RolloutChecker:
         self.where = f"plugin {plugin!r}, rollout {self.name!r}"
         self.report = ConformanceReport(plugin)
 
-    def add(self, check: str, passed: bool | None, message: str) -> None:
+    def add(self, check: str, passed: bool | None, message: str, fix: str = "") -> None:
         outcome = "skip" if passed is None else "pass" if passed else "fail"
-        self.report.add(f"rollout {self.name!r}: {check}", outcome, message)
+        self.report.add(f"rollout {self.name!r}: {check}", outcome, message, fix=fix)
 
     # ------------------------------------------------------------------ building
 
@@ -245,7 +288,7 @@ class _RolloutChecker:
                 isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)
                 and math.isfinite(v) for k, v in weights.items()):
             self.add(check, False, f"{self.where}: default_rewards is {weights!r}; expected "
-                     "{reward name: finite weight}")
+                     "{reward name: finite weight}", FIXES["default rewards"])
             return None
         rewards, missing = {}, []
         for name in weights:
@@ -261,17 +304,17 @@ class _RolloutChecker:
                 rewards[name] = cls(RewardContext(self.tokenizer, options))
             except Exception as exc:
                 self.add(check, False, f"{self.where}: building reward {name!r} raised "
-                         f"{type(exc).__name__}: {exc}")
+                         f"{type(exc).__name__}: {exc}", FIXES["reward build"])
                 return None
         if missing:
             self.add(check, False, f"{self.where}: default reward(s) {missing} are not "
-                     "registered by this plugin or any installed one")
+                     "registered by this plugin or any installed one", FIXES["default rewards"])
             return None
         try:
             return RewardSet(rewards, weights)
         except Exception as exc:  # an evaluator that cannot start (no sandbox, no judge)
             self.add(check, False, f"{self.where}: building the reward set {sorted(rewards)} "
-                     f"raised {type(exc).__name__}: {exc}")
+                     f"raised {type(exc).__name__}: {exc}", FIXES["reward set"])
             return None
 
     def build(self) -> tuple[Rollout, ScriptedTransport] | None:
@@ -287,7 +330,7 @@ class _RolloutChecker:
             return self.cls(context), transport
         except Exception as exc:
             self.add("construct", False, f"{self.where}: building it with options "
-                     f"{self.options} raised {type(exc).__name__}: {exc}")
+                     f"{self.options} raised {type(exc).__name__}: {exc}", FIXES["construct"])
             return None
 
     # ------------------------------------------------------------------ tasks
@@ -298,14 +341,15 @@ class _RolloutChecker:
             tasks = list(rollout.tasks(split))
         except Exception as exc:
             self.add(check, False, f"{self.where}: tasks({split!r}) raised "
-                     f"{type(exc).__name__}: {exc}")
+                     f"{type(exc).__name__}: {exc}", FIXES["tasks raised"])
             return None
         problems = _task_problems(tasks)
         if not tasks:
             problems.insert(0, f"the {split!r} split is empty; both 'train' and 'eval' need "
                                "at least one task")
         if problems:
-            self.add(check, False, f"{self.where}: tasks({split!r}): " + "; ".join(problems))
+            self.add(check, False, f"{self.where}: tasks({split!r}): " + "; ".join(problems),
+                     FIXES["tasks"])
             return None
         self.add(check, True, f"{len(tasks)} tasks with unique ids")
         return tasks
@@ -318,18 +362,27 @@ class _RolloutChecker:
                 difference = f"the second call raised {type(exc).__name__}: {exc}"
             if difference:
                 self.add("tasks are deterministic", False, f"{self.where}: tasks({split!r}) "
-                         f"differ between two constructions with the same seed: {difference}")
+                         f"differ between two constructions with the same seed: {difference}",
+                         FIXES["deterministic"])
                 return
         self.add("tasks are deterministic", True, "two constructions with the same seed give "
                  "the same tasks")
 
     def disjoint(self, splits: dict[str, list[Task]]) -> None:
+        """Ids are unique within a split; the same id in both splits is allowed (an eval split
+        that is the training set, scored separately) unless the rollout declares
+        ``eval_held_out = True``."""
+        check = "task ids across splits"
         shared = sorted({t.id for t in splits["train"]} & {t.id for t in splits["eval"]})
-        if shared:
-            self.add("splits are disjoint", False, f"{self.where}: {len(shared)} task id(s) are "
-                     f"in both 'train' and 'eval', e.g. {shared[:3]}")
+        both = f"{len(shared)} task id(s) are in both 'train' and 'eval', e.g. {shared[:3]}"
+        if not shared:
+            self.add(check, True, "no task id is in both 'train' and 'eval'")
+        elif getattr(self.cls, "eval_held_out", False):
+            self.add(check, False, f"{self.where}: {both}, but it declares eval_held_out = "
+                     "True", FIXES["held out"])
         else:
-            self.add("splits are disjoint", True, "no task id is in both 'train' and 'eval'")
+            self.add(check, True, f"{both}: allowed, the rollout does not declare "
+                     "eval_held_out = True")
 
     # ------------------------------------------------------------------ episodes
 
@@ -378,7 +431,8 @@ class _RolloutChecker:
         hint = (" instead of returning aborted/failed samples" if check in
                 ("engine abort", "transport error") else "")
         self.add(check, False, f"{self.where}, task {task.id!r}: run_group(task, {self.n}) "
-                 f"{problem}{hint}")
+                 f"{problem}{hint}", FIXES["timeout" if problem.startswith("did not") else
+                                         "run_group"])
         return None
 
     def samples(self, task: Task, returned: Any, check: str,
@@ -405,7 +459,8 @@ class _RolloutChecker:
             reasons = {s.metadata.get("failure", "?") for s in originals}
             problems.append(f"no sample is completed or truncated; failures: {sorted(reasons)}")
         if problems:
-            self.add(check, False, f"{self.where}, task {task.id!r}: " + "; ".join(problems))
+            self.add(check, False, f"{self.where}, task {task.id!r}: " + "; ".join(problems),
+                     FIXES["samples"])
             return False
         if expect_usable:
             self.add(check, True, f"{len(originals)} valid samples for task {task.id!r}")
@@ -421,7 +476,8 @@ class _RolloutChecker:
         problems += [p for i, s in enumerate(usable)
                      if (p := sample_problem(i, s, calls)) is not None]
         if problems:
-            self.add(check, False, f"{self.where}, task {task.id!r}: " + "; ".join(problems[:3]))
+            self.add(check, False, f"{self.where}, task {task.id!r}: " + "; ".join(problems[:3]),
+                     FIXES["engine tokens"])
             return False
         turns = len(calls) / max(1, len(samples))
         self.add(check, True, f"loss mask 1 exactly on the engine's tokens, with its logprobs, "
@@ -441,7 +497,8 @@ class _RolloutChecker:
             except SampleError as exc:
                 problems.append(str(exc))
         if problems:
-            self.add(check, False, f"{self.where}, task {task.id!r}: {sorted(set(problems))}")
+            self.add(check, False, f"{self.where}, task {task.id!r}: {sorted(set(problems))}",
+                     FIXES["score"])
         else:
             self.add(check, True, f"{sorted(rewards.rewards)} scored task {task.id!r}: "
                      f"rewards {[round(s.reward, 4) for s in samples]}")
@@ -453,14 +510,14 @@ class _RolloutChecker:
                 values = {**values, **rewards.metrics()}
         except Exception as exc:
             self.add("metrics", False, f"{self.where}: metrics() raised "
-                     f"{type(exc).__name__}: {exc}")
+                     f"{type(exc).__name__}: {exc}", FIXES["metrics"])
             return
         bad = {k: v for k, v in (values.items() if isinstance(values, Mapping) else [])
                if not isinstance(k, str) or isinstance(v, bool)
                or not isinstance(v, (int, float)) or not math.isfinite(v)}
         if not isinstance(values, Mapping) or bad:
             self.add("metrics", False, f"{self.where}: metrics() must return "
-                     f"{{name: finite float}}; got {bad or values!r:.120}")
+                     f"{{name: finite float}}; got {bad or values!r:.120}", FIXES["metrics"])
         else:
             self.add("metrics", True, f"{sorted(values) or 'no metrics'}")
 

@@ -10,14 +10,17 @@ Outcome = Literal["pass", "fail", "skip"]
 
 @dataclass
 class CheckResult:
-    """One check: what was checked (``rollout 'toy': tasks``), its outcome and the reason."""
+    """One check: what was checked (``rollout 'toy': tasks``), its outcome, the reason and,
+    for a failure, what to change."""
 
     check: str
     outcome: Outcome
     message: str
+    fix: str = ""
 
     def as_dict(self) -> dict[str, str]:
-        return {"check": self.check, "outcome": self.outcome, "message": self.message}
+        fix = {"fix": self.fix} if self.fix else {}
+        return {"check": self.check, "outcome": self.outcome, "message": self.message, **fix}
 
 
 @dataclass
@@ -35,8 +38,8 @@ class ConformanceReport:
     def failures(self) -> list[CheckResult]:
         return [r for r in self.results if r.outcome == "fail"]
 
-    def add(self, check: str, outcome: Outcome, message: str) -> None:
-        self.results.append(CheckResult(check, outcome, message))
+    def add(self, check: str, outcome: Outcome, message: str, fix: str = "") -> None:
+        self.results.append(CheckResult(check, outcome, message, fix))
 
     def extend(self, other: ConformanceReport) -> None:
         self.results.extend(other.results)
@@ -46,6 +49,8 @@ class ConformanceReport:
         lines = [f"rollyard conformance of plugin {self.plugin!r}:"]
         for r in self.results:
             lines.append(f"  {r.outcome.upper():4}  {r.check}: {r.message}")
+            if r.fix:
+                lines.append(f"        fix: {r.fix}")
         counts = {o: sum(r.outcome == o for r in self.results) for o in ("pass", "fail", "skip")}
         verdict = "OK" if self.ok else "FAILED"
         lines.append(f"{verdict}: {counts['pass']} passed, {counts['fail']} failed, "

@@ -2,7 +2,9 @@
 
 Light at module level (the core imports this module to list it); openai is imported when the
 rollout is built, in its worker. ``--clash-die-once-file PATH``: the first worker to create
-PATH exits on the spot inside ``run_group`` (a worker dying mid-run).
+PATH exits on the spot inside ``run_group`` (a worker dying mid-run). ``--clash-fail-to-build
+MESSAGE``: the constructor raises MESSAGE once openai is checked (a plugin failing to build
+in its isolated venv).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ WANTED_OPENAI = "2.6.1"
 @dataclass(frozen=True)
 class ClashOptions(ToyOptions):
     die_once_file: str = option("", help="the first worker to create this file exits")
+    fail_to_build: str = option("", help="the constructor raises this message")
 
 
 class ClashRollout(StringOperationRollout):
@@ -33,6 +36,8 @@ class ClashRollout(StringOperationRollout):
         if openai.__version__ != WANTED_OPENAI:
             raise RolloutError(f"built with openai {openai.__version__}, but this plugin "
                                f"requires openai=={WANTED_OPENAI}", plugin=self.name)
+        if context.options.fail_to_build:
+            raise RuntimeError(f"{context.options.fail_to_build} (openai {openai.__version__})")
         self.openai_version = openai.__version__
         super().__init__(context)
 
