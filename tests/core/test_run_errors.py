@@ -80,8 +80,6 @@ def train(rollyard_cli, site: Path, runs: Path, model: Path, *args: str, env=Non
 
 
 @pytest.mark.parametrize("rollout, extra, message", [
-    ("broken", [], "error: rollout 'broken' failed to build: ValueError: the judge model is "
-                   "not configured: set JUDGE_URL"),
     ("no-tasks", [], "error: rollout 'no-tasks' has no training tasks (its tasks('train') is "
                      "empty)"),
     ("no-eval", ["--eval-interval", "1"],
@@ -100,13 +98,21 @@ def test_the_preflight_refuses_a_rollout_before_ray_in_one_line(
     assert not runs.exists()  # no run folder
 
 
-def test_debug_adds_the_traceback(rollyard_cli, site, tiny_model_dir, tmp_path) -> None:
-    result = train(rollyard_cli, site, tmp_path / "runs", tiny_model_dir,
-                   "--rollout-plugin", "broken", "--debug")
+def test_a_rollout_raising_in_its_constructor_is_refused_and_debug_adds_the_traceback(
+        rollyard_cli, site, tiny_model_dir, tmp_path) -> None:
+    runs = tmp_path / "runs"
+    result = train(rollyard_cli, site, runs, tiny_model_dir, "--rollout-plugin", "broken",
+                   "--debug")
     assert result.returncode == 1
-    assert "Traceback (most recent call last)" in result.stderr
-    assert 'raise ValueError("the judge model is not configured' in result.stderr
-    assert error_lines(result.stderr)[-1].startswith("error: rollout 'broken' failed to build")
+    assert result.stderr.splitlines()[-1] == (
+        "error: rollout 'broken' failed to build: ValueError: the judge model is not "
+        "configured: set JUDGE_URL")
+    assert len(error_lines(result.stderr)) == 1
+    before = result.stderr.split("error: rollout 'broken'")[0]
+    assert "Traceback (most recent call last)" in before  # --debug: the traceback first
+    assert 'raise ValueError("the judge model is not configured' in before
+    assert "ray" not in result.stderr.lower()
+    assert not runs.exists()
 
 
 @pytest.mark.slow

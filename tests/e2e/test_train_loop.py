@@ -66,8 +66,12 @@ def test_data_parallel_that_does_not_divide_the_batch_fails_before_training(tmp_
                       "--group-size", "4", "--steps", "1", "--runs-dir", str(tmp_path / "runs"),
                       "--name", "bad-dp", "--no-progress", cwd=tmp_path, timeout=600)
     assert result.returncode == 1
-    assert "data parallel size 3 does not divide the batch of 8" in result.stderr
-    assert not (tmp_path / "runs" / "bad-dp" / "weights").exists()
+    [line] = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert "data parallel size 3 does not divide the batch of 8" in line
+    assert line.endswith("(the run failed before its first step, so no run folder is "
+                         "kept; --debug prints the traceback)")
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "runs" / "bad-dp").exists()  # nothing that looks like a run
 
 
 @pytest.mark.slow

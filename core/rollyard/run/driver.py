@@ -273,7 +273,8 @@ def run_training(config: RunConfig, manager: PluginManager,
         error = f"{type(exc).__name__}: {exc}"
         kept = not fresh or (session is not None and session.steps_done > 0)
         exc.add_note(keep_failure(run_dir, exc) if kept else
-                     "no run folder kept: the run failed before its first step")
+                     "the run failed before its first step, so no run folder is kept; "
+                     "--debug prints the traceback")
         raise
     finally:
         stop.__exit__(None, None, None)

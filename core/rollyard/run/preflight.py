@@ -94,7 +94,7 @@ def count_tasks(rollout_cls: type, options: Any, config: RunConfig, model_dir: s
         try:
             counts[split] = len(list(rollout.tasks(split)))
         except Exception as exc:
-            raise PluginError(f"rollout {name!r}: tasks({split!r}) raised "
+            raise PluginError(f"rollout {name!r}: tasks({split!r}) failed: "
                               f"{_described(exc)}") from exc
     return counts
 
