@@ -93,6 +93,7 @@ class MissingTrainStack(RollyardError):
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_ACTOR_INIT = re.compile(r"ray::(\w+)\.__init__\(\)")
 
 
 def strip_ansi(text: str) -> str:
@@ -126,10 +127,13 @@ def describe_error(exc: BaseException) -> str:
         text = str(cause)
     elif (ray_exceptions is not None and isinstance(cause, ray_exceptions.RayActorError)
           and cause.actor_init_failed):
-        # Ray keeps only the text of the creation task's error; its last line is the
-        # exception's own (``ValueError: ...``)
-        lines = [line for line in strip_ansi(str(cause)).splitlines() if line.strip()]
-        text = f"a Ray actor failed to start: {lines[-1].strip() if lines else cause}"
+        # Ray keeps only the text of the creation task's error: ``ray::Class.__init__()``,
+        # the traceback, and last the exception's own line (``ValueError: ...``)
+        plain = strip_ansi(str(cause))
+        lines = [line.strip() for line in plain.splitlines() if line.strip()]
+        actor = _ACTOR_INIT.search(plain)
+        text = (f"{actor.group(1) if actor else 'a Ray actor'} failed to start: "
+                f"{lines[-1] if lines else cause}")
     else:
         text = f"{type(cause).__name__}: {cause}"
     return one_line(text)

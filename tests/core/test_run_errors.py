@@ -154,6 +154,7 @@ def test_describe_error_unwraps_what_a_ray_actor_raised() -> None:
     remote = "\x1b[36mray::RolloutWorker.collect()\x1b[39m\nTraceback...\nValueError: bad"
     wrapped = RayTaskError("collect", remote, cause).as_instanceof_cause()
     assert describe_error(wrapped) == "ValueError: bad --vf-env 'nope': no such environment"
-    init = RayTaskError("RolloutWorker.__init__", remote + " --vf-env 'nope'", cause)
+    init_remote = remote.replace("collect()", "__init__()") + " --vf-env 'nope'"
+    init = RayTaskError("RolloutWorker.__init__", init_remote, cause)
     assert describe_error(ActorDiedError(init)) == (
-        "a Ray actor failed to start: ValueError: bad --vf-env 'nope'")
+        "RolloutWorker failed to start: ValueError: bad --vf-env 'nope'")
