@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from rollyard.config import ConfigView, RunConfig
-from rollyard.errors import PluginError, RolloutError, RollyardError, one_line
+from rollyard.errors import ConfigError, PluginError, RolloutError, RollyardError, one_line
 from rollyard.interfaces import RolloutContext, Transport
 from rollyard.run.collect import model_max_tokens
 from rollyard.run.rollout_workers import RolloutSpec, load_run, run_sampling
@@ -80,8 +80,13 @@ def count_tasks(rollout_cls: type, options: Any, config: RunConfig, model_dir: s
     from transformers import AutoTokenizer
 
     name = getattr(rollout_cls, "name", "") or rollout_cls.__qualname__
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    except Exception as exc:
+        raise ConfigError(f"--model {str(model_dir)!r}: its tokenizer does not load: "
+                          f"{_described(exc)}") from exc
     context = RolloutContext(
-        config=ConfigView(config), tokenizer=AutoTokenizer.from_pretrained(str(model_dir)),
+        config=ConfigView(config), tokenizer=tokenizer,
         transport=PreflightTransport(), options=options,
         rng=random.Random(f"{config.seed}-0"), sampling=run_sampling(config),
         context_length=model_max_tokens(model_dir))
