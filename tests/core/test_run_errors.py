@@ -158,3 +158,32 @@ def test_describe_error_unwraps_what_a_ray_actor_raised() -> None:
     init = RayTaskError("RolloutWorker.__init__", init_remote, cause)
     assert describe_error(ActorDiedError(init)) == (
         "RolloutWorker failed to start: ValueError: bad --vf-env 'nope'")
+
+
+def test_a_rollout_calling_the_engines_while_it_is_built_is_told_why_it_cannot(
+        tiny_model_dir) -> None:
+    """The preflight's transport: no engine runs yet, so the call fails and says so."""
+    import asyncio
+
+    from rollyard.config import RunConfig
+    from rollyard.errors import PluginError
+    from rollyard.run.preflight import count_tasks
+    from rollyard.types import GenerateRequest
+    from rollyard_plugins.toy import StringOperationRollout, ToyOptions
+
+    class WarmsUp(StringOperationRollout):
+        name = "warms-up"
+
+        def __init__(self, context):
+            super().__init__(context)
+            asyncio.run(context.transport.generate(GenerateRequest(input_ids=[1])))
+
+    with pytest.raises(PluginError) as raised:
+        count_tasks(WarmsUp, ToyOptions(), RunConfig(), tiny_model_dir, ["train"])
+    assert str(raised.value) == (
+        "rollout 'warms-up' failed to build: transport.generate() was called while the "
+        "rollout was being built or listing its tasks, before any engine runs; send requests "
+        "from run_group")
+    counts = count_tasks(StringOperationRollout, ToyOptions(num_tasks=10), RunConfig(),
+                         tiny_model_dir, ["train", "eval"])
+    assert counts == {"train": 8, "eval": 2}
