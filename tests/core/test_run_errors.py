@@ -167,7 +167,7 @@ def test_a_rollout_calling_the_engines_while_it_is_built_is_told_why_it_cannot(
 
     from rollyard.config import RunConfig
     from rollyard.errors import PluginError
-    from rollyard.run.preflight import count_tasks
+    from rollyard.run.preflight import TaskCounts, count_tasks
     from rollyard.types import GenerateRequest
     from rollyard_plugins.toy import StringOperationRollout, ToyOptions
 
@@ -186,4 +186,4 @@ def test_a_rollout_calling_the_engines_while_it_is_built_is_told_why_it_cannot(
         "from run_group")
     counts = count_tasks(StringOperationRollout, ToyOptions(num_tasks=10), RunConfig(),
                          tiny_model_dir, ["train", "eval"])
-    assert counts == {"train": 8, "eval": 2}
+    assert counts == TaskCounts(train=8, eval=2)

@@ -128,9 +128,8 @@ class PluginSelection:
         anything starts; a ConfigError when a split the run needs is empty."""
         splits = run_splits(config)
         if self.worker_python is None:
-            counts = counts_of(count_tasks(
-                self.rollout, self.options("rollout", config.rollout_plugin), config,
-                model_dir, splits))
+            counts = count_tasks(self.rollout, self.options("rollout", config.rollout_plugin),
+                                 config, model_dir, splits)
         else:
             counts = count_tasks_isolated(self.worker_python,
                                           rollout_spec(config, self, model_dir, []), splits)

@@ -26,7 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from rollyard.config import ConfigView, RunConfig
-from rollyard.errors import ConfigError, PluginError, RolloutError, RollyardError, one_line
+from rollyard.errors import (
+    ConfigError,
+    PluginError,
+    RolloutError,
+    RollyardError,
+    describe_error,
+    one_line,
+)
 from rollyard.interfaces import RolloutContext, Transport
 from rollyard.run.collect import model_max_tokens
 from rollyard.run.rollout_workers import RolloutSpec, load_run, run_sampling
@@ -73,7 +80,7 @@ class PreflightTransport(Transport):
 
 
 def count_tasks(rollout_cls: type, options: Any, config: RunConfig, model_dir: str | Path,
-                splits: Sequence[str]) -> dict[str, int]:
+                splits: Sequence[str]) -> TaskCounts:
     """Build ``rollout_cls`` as rollout worker 0 would (the model's tokenizer, the run's
     sampling, rng and context length) and count the tasks of each of ``splits``. A
     PluginError, one line naming the rollout, when building it or listing a split raises."""
@@ -84,7 +91,7 @@ def count_tasks(rollout_cls: type, options: Any, config: RunConfig, model_dir: s
         tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     except Exception as exc:
         raise ConfigError(f"--model {str(model_dir)!r}: its tokenizer does not load: "
-                          f"{_described(exc)}") from exc
+                          f"{describe_error(exc)}") from exc
     context = RolloutContext(
         config=ConfigView(config), tokenizer=tokenizer,
         transport=PreflightTransport(), options=options,
@@ -93,22 +100,15 @@ def count_tasks(rollout_cls: type, options: Any, config: RunConfig, model_dir: s
     try:
         rollout = rollout_cls(context)
     except Exception as exc:
-        raise PluginError(f"rollout {name!r} failed to build: {_described(exc)}") from exc
+        raise PluginError(f"rollout {name!r} failed to build: {describe_error(exc)}") from exc
     counts = {}
     for split in splits:
         try:
             counts[split] = len(list(rollout.tasks(split)))
         except Exception as exc:
             raise PluginError(f"rollout {name!r}: tasks({split!r}) failed: "
-                              f"{_described(exc)}") from exc
-    return counts
-
-
-def _described(exc: BaseException) -> str:
-    """A plugin's exception as one line: its own message for a RollyardError (which names
-    what was wrong), else its type and message."""
-    text = str(exc) if isinstance(exc, RollyardError) else f"{type(exc).__name__}: {exc}"
-    return one_line(text)
+                              f"{describe_error(exc)}") from exc
+    return counts_of(counts)
 
 
 def run_splits(config: RunConfig) -> list[str]:
@@ -117,6 +117,7 @@ def run_splits(config: RunConfig) -> list[str]:
 
 
 def counts_of(found: dict[str, int]) -> TaskCounts:
+    """The counts of ``{split: count}`` (``eval`` None when absent)."""
     return TaskCounts(train=found["train"], eval=found.get("eval"))
 
 
@@ -136,7 +137,7 @@ def count_tasks_isolated(python: str, spec: RolloutSpec, splits: Sequence[str]) 
         result = json.loads(answer.read_text())
     if "error" in result:
         raise PluginError(result["error"])
-    return counts_of(result["counts"])
+    return TaskCounts(**result["counts"])
 
 
 def _main(argv: list[str]) -> int:
@@ -150,8 +151,8 @@ def _main(argv: list[str]) -> int:
         rollout_cls = manager.get("rollout", config.rollout_plugin)
         options = config.options_for(rollout_cls,
                                      manager.owner("rollout", config.rollout_plugin).name)
-        answer = {"counts": count_tasks(rollout_cls, options, config, spec.model_dir,
-                                        request["splits"])}
+        answer = {"counts": dataclasses.asdict(count_tasks(
+            rollout_cls, options, config, spec.model_dir, request["splits"]))}
     except RollyardError as exc:
         answer = {"error": one_line(str(exc))}
     answer_path.write_text(json.dumps(answer))
