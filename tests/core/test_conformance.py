@@ -528,33 +528,6 @@ def test_check_plugin_command_prints_the_report(rollyard_cli, make_distribution)
 
 
 @pytest.mark.slow
-def test_check_plugin_accepts_an_eval_split_that_is_the_training_set(rollyard_cli,
-                                                                     make_distribution):
-    """A taskset without split-specific ids (a verifiers taskset whose eval split is its
-    dataset again) keeps the contract."""
-    site = make_distribution("rollyard-same-split", modules={"same_split.py": textwrap.dedent("""
-        from rollyard import hookimpl
-        from rollyard_plugins.toy import StringOperationRollout
-
-        class SameSplit(StringOperationRollout):
-            name = "same-split"
-            eval_held_out = False  # unlike the toy's, this eval split is the training set
-
-            def tasks(self, split):
-                return super().tasks("train")
-
-        @hookimpl
-        def register_rollouts(register):
-            register(SameSplit)
-        """)}, entry_points={"same-split": "same_split"})
-    result = rollyard_cli("check-plugin", "same-split", "--same-split-num-tasks", "10",
-                          paths=[site])
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert ("PASS  rollout 'same-split': task ids across splits: 8 task id(s) are in both "
-            "'train' and 'eval'") in result.stdout
-
-
-@pytest.mark.slow
 def test_conformance_fixture_fails_the_test_with_the_report(tmp_path):
     (tmp_path / "test_uses_fixture.py").write_text(textwrap.dedent("""
         import sys

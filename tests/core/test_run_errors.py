@@ -1,17 +1,27 @@
-"""What a person sees when a run fails, through the CLI: a rollout that cannot be built, has no
-tasks or no eval tasks fails in the preflight, before Ray, the engines and the run folder, in
-one ``error:`` line (the traceback with ``--debug``); a rollout that fails mid-run inside its
-Ray worker stops the run with the plugin's own message in one line, and keeps the run folder
-with the traceback in its log. The plugins are throwaway distributions on PYTHONPATH."""
+"""What a person sees when a run fails. Through the CLI: a rollout that cannot be built or has
+no eval tasks fails in the preflight, before Ray, the engines and the run folder, in one
+``error:`` line (the traceback with ``--debug``); a rollout that fails mid-run inside its Ray
+worker stops the run with the plugin's own message in one line, and keeps the run folder with
+the traceback in its log (the plugins are a throwaway distribution on PYTHONPATH). In
+process: the preflight's transport and empty training split, and Ray's wrappers unwrapped."""
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import json
 import re
 from pathlib import Path
 
 import pytest
-from rollyard.errors import describe_error
+from rollyard import hookimpl
+from rollyard.config import RunConfig
+from rollyard.errors import ConfigError, PluginError, describe_error
+from rollyard.run.driver import PluginSelection
+from rollyard.run.preflight import TaskCounts, count_tasks
+from rollyard.train_flags import TrainFlags
+from rollyard.types import GenerateRequest
+from rollyard_plugins.toy import StringOperationRollout, ToyOptions
 
 PLUGIN = '''
 import os
@@ -25,13 +35,6 @@ class Broken(StringOperationRollout):
 
     def __init__(self, context):
         raise ValueError("the judge model is not configured:\\nset JUDGE_URL")
-
-
-class NoTasks(StringOperationRollout):
-    name = "no-tasks"
-
-    def tasks(self, split):
-        return []
 
 
 class NoEval(StringOperationRollout):
@@ -57,7 +60,7 @@ class Flaky(StringOperationRollout):
 
 @hookimpl
 def register_rollouts(register):
-    for cls in (Broken, NoTasks, NoEval, Flaky):
+    for cls in (Broken, NoEval, Flaky):
         register(cls)
 '''
 
@@ -79,20 +82,15 @@ def train(rollyard_cli, site: Path, runs: Path, model: Path, *args: str, env=Non
                         "--no-progress", *args, paths=[site], env=env, timeout=300)
 
 
-@pytest.mark.parametrize("rollout, extra, message", [
-    ("no-tasks", [], "error: rollout 'no-tasks' has no training tasks (its tasks('train') is "
-                     "empty)"),
-    ("no-eval", ["--eval-interval", "1"],
-     "error: --eval-interval 1: rollout 'no-eval' has no eval tasks (its tasks('eval') is "
-     "empty); choose a rollout with an eval split"),
-])
-def test_the_preflight_refuses_a_rollout_before_ray_in_one_line(
-        rollyard_cli, site, tiny_model_dir, tmp_path, rollout, extra, message) -> None:
+def test_the_preflight_refuses_a_rollout_without_eval_tasks_before_ray_in_one_line(
+        rollyard_cli, site, tiny_model_dir, tmp_path) -> None:
     runs = tmp_path / "runs"
-    result = train(rollyard_cli, site, runs, tiny_model_dir, "--rollout-plugin", rollout,
-                   *extra)
+    result = train(rollyard_cli, site, runs, tiny_model_dir, "--rollout-plugin", "no-eval",
+                   "--eval-interval", "1")
     assert result.returncode == 1
-    assert error_lines(result.stderr) == [message], result.stderr
+    assert error_lines(result.stderr) == [
+        "error: --eval-interval 1: rollout 'no-eval' has no eval tasks (its tasks('eval') is "
+        "empty); choose a rollout with an eval split"], result.stderr
     assert "Traceback" not in result.stderr and not ANSI.search(result.stderr)
     assert "ray" not in result.stderr.lower()  # Ray never started
     assert not runs.exists()  # no run folder
@@ -163,13 +161,6 @@ def test_describe_error_unwraps_what_a_ray_actor_raised() -> None:
 def test_a_rollout_calling_the_engines_while_it_is_built_is_told_why_it_cannot(
         tiny_model_dir) -> None:
     """The preflight's transport: no engine runs yet, so the call fails and says so."""
-    import asyncio
-
-    from rollyard.config import RunConfig
-    from rollyard.errors import PluginError
-    from rollyard.run.preflight import TaskCounts, count_tasks
-    from rollyard.types import GenerateRequest
-    from rollyard_plugins.toy import StringOperationRollout, ToyOptions
 
     class WarmsUp(StringOperationRollout):
         name = "warms-up"
@@ -187,3 +178,25 @@ def test_a_rollout_calling_the_engines_while_it_is_built_is_told_why_it_cannot(
     counts = count_tasks(StringOperationRollout, ToyOptions(num_tasks=10), RunConfig(),
                          tiny_model_dir, ["train", "eval"])
     assert counts == TaskCounts(train=8, eval=2)
+
+
+def test_the_preflight_refuses_a_rollout_without_training_tasks(
+        plugin_manager, tiny_model_dir) -> None:
+    class NoTasks(StringOperationRollout):
+        name = "no-tasks"
+
+        def tasks(self, split):
+            return []
+
+    class Plugin:
+        @hookimpl
+        def register_rollouts(self, register):
+            register(NoTasks)
+
+    plugin_manager.load_for_run(RunConfig().wanted_plugins())  # the standard plugins
+    plugin_manager.register(Plugin(), name="no-tasks")
+    config = TrainFlags(argparse.ArgumentParser(), plugin_manager).parse(
+        ["--rollout-plugin", "no-tasks"])  # the config `rollyard train` would build
+    with pytest.raises(ConfigError, match=re.escape(
+            "rollout 'no-tasks' has no training tasks (its tasks('train') is empty)")):
+        PluginSelection(config, plugin_manager).preflight(config, tiny_model_dir)
