@@ -31,11 +31,22 @@ SESSION_HEADER = "X-Session-ID"
 MAX_SESSIONS = 65536
 
 
+@dataclass(frozen=True)
+class RecordedCall:
+    """One model call of a session, as the engine saw it: the prompt ids sent, the ids it
+    sampled and their logprobs."""
+
+    prompt_ids: list[int]
+    output_ids: list[int]
+    logprobs: list[float]
+
+
 @dataclass
 class SessionRecord:
-    """What the engines did for one session (one verifiers trace)."""
+    """What the engines did for one session (one verifiers trace or legacy rollout)."""
 
     weight_versions: list[int] = field(default_factory=list)
+    calls: list[RecordedCall] = field(default_factory=list)
     aborted: str | None = None
     failed: str | None = None
 
@@ -82,6 +93,8 @@ class Bridge:
             raise
         if record is not None:
             record.weight_versions.append(result.weight_version)
+            record.calls.append(RecordedCall(list(request.input_ids), choice["token_ids"],
+                                             [c["logprob"] for c in choice["logprobs"]["content"]]))
         return {"request_id": f"rollyard-{uuid.uuid4().hex}", "choices": [choice]}
 
     def _record(self, session_id: str) -> SessionRecord:
