@@ -22,6 +22,8 @@ from typing import Any
 from rollyard import RolloutError
 
 SESSION_STATE_KEY = "trajectory_id"
+#: The renderers tool parser for model replies (``<tool_call>{"name", "arguments"}</tool_call>``).
+TOOL_PARSER = "qwen3"
 
 
 def module_name(env_id: str) -> str:
@@ -96,13 +98,17 @@ class LegacyEnvironment:
 
     def client(self, base_url: str, renderer_dir: str) -> Any:
         """verifiers' renderer client for the bridge at ``base_url``, rendering with the
-        tokenizer in ``renderer_dir``; each call names its rollout in ``X-Session-ID``."""
+        tokenizer in ``renderer_dir`` (its chat template; tool calls parsed in the Qwen/Hermes
+        ``<tool_call>`` JSON format, :data:`TOOL_PARSER`); each call names its rollout in
+        ``X-Session-ID``."""
         import verifiers as vf
+        from renderers import DefaultRendererConfig
         from verifiers.clients import resolve_client
 
         config = vf.ClientConfig(client_type="renderer", api_base_url=base_url,
                                  api_key_var="ROLLYARD_BRIDGE_KEY",
                                  renderer_model_name=renderer_dir, max_retries=0,
+                                 renderer_config=DefaultRendererConfig(tool_parser=TOOL_PARSER),
                                  extra_headers_from_state={"X-Session-ID": SESSION_STATE_KEY})
         return resolve_client(config)
 
