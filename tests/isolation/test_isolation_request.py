@@ -36,6 +36,12 @@ def test_a_rollout_asking_for_a_venv_is_refused_shared_with_its_reason(
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "runs").exists() and not (tmp_path / "envs").exists()
 
+    evaluated = rollyard_cli("eval", "--rollout-plugin", "asker", "--asker-need", str(EXTRA),
+                             "--runs-dir", str(tmp_path / "runs"), paths=[asker_site])
+    assert evaluated.returncode == 1
+    assert (f"rollyard eval runs rollout 'asker' in this process, where it cannot run: "
+            f"{reason}") in flat(evaluated.stderr)
+
 
 def test_auto_builds_the_requested_venv_with_the_plugin_without_its_requirements(
         rollyard_cli, asker_site: Path, isolated_envs_dir: Path, tmp_path: Path) -> None:
