@@ -178,8 +178,9 @@ def verifiers_requirement(distribution: str) -> SpecifierSet | None:
 
 
 def _nearest(module: str) -> str:
-    """``(nearest installed verifiers environments: a, b)``, from the importable top-level
-    modules whose source mentions verifiers (or the submodules of a dotted id's parent)."""
+    """``(nearest installed verifiers environments: a, b)``: the names nearest to ``module``
+    among the importable top-level modules (a dotted id: its parent's submodules) whose own
+    file looks like a verifiers environment (read, not imported)."""
     parent = module.rpartition(".")[0]
     if parent:
         names = [f"{parent}.{m.name}" for folder in _search_folders(parent)
@@ -202,9 +203,11 @@ def _search_folders(package: str) -> list[Path]:
 
 
 def _looks_like_environment(module: str) -> bool:
-    """The module's own file (a package's ``__init__``) mentions verifiers."""
-    files = module_files(module) if "." in module else _top_file(module)
-    return bool(files) and bool(_MENTIONS_VERIFIERS.search(_read(files[0])))
+    """The module's own file (a package's ``__init__``) mentions verifiers and defines
+    ``load_environment`` or names a Taskset."""
+    files = module_files(module)[:1] if "." in module else _top_file(module)
+    return bool(files) and bool(_MENTIONS_VERIFIERS.search(_read(files[0]))) \
+        and read_generation(files) is not None
 
 
 def _top_file(module: str) -> tuple[Path, ...]:
