@@ -18,13 +18,22 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from rollyard import Rollout, RolloutContext, RolloutError, Sample, SampleStatus, Task
+from rollyard import (
+    IsolatedEnvironment,
+    Rollout,
+    RolloutContext,
+    RolloutError,
+    Sample,
+    SampleStatus,
+    Task,
+)
 
 from rollyard_verifiers.bridge import Bridge, BridgeServer
 from rollyard_verifiers.environment import deep_merge, env_config, load_environment
 from rollyard_verifiers.legacy import SESSION_STATE_KEY, LegacyEnvironment, legacy_module
 from rollyard_verifiers.options import VerifiersOptions, json_object
 from rollyard_verifiers.samples import EnvironmentMetrics, legacy_samples, trace_samples
+from rollyard_verifiers.selection import environment_request
 from rollyard_verifiers.serving import SharedContext
 
 
@@ -34,6 +43,14 @@ class VerifiersRollout(Rollout):
     name: ClassVar[str] = "verifiers"
     Options = VerifiersOptions
     default_rewards: ClassVar[dict[str, float]] = {}
+
+    @classmethod
+    def isolated_environment(cls, options: VerifiersOptions) -> IsolatedEnvironment | None:
+        """A pre-0.4 environment (or ``--verifiers-version``): a venv with the verifiers it
+        needs (rollyard_verifiers.selection). Reads the environment's files, imports nothing."""
+        if not options.env:
+            return None
+        return environment_request(options.env, options.version)
 
     def __init__(self, context: RolloutContext) -> None:
         super().__init__(context)

@@ -111,8 +111,9 @@ class PluginSelection:
 
         others = [("transport", self.config.transport)] + [("reward", name)
                                                            for name in self.rewards]
-        self.worker_python = rollout_python(self.manager, self.config.rollout_plugin,
-                                            self.config.rollout_env, others, _notice)
+        name = self.config.rollout_plugin
+        self.worker_python = rollout_python(self.manager, name, self.config.rollout_env,
+                                            others, _notice, self.options("rollout", name))
 
     def options(self, kind: str, name: str) -> Any:
         return self.config.options_for(self.manager.get(kind, name),
