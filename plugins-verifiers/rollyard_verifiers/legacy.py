@@ -21,14 +21,11 @@ from typing import Any
 
 from rollyard import RolloutError
 
+from rollyard_verifiers.resolve import module_name
+
 SESSION_STATE_KEY = "trajectory_id"
 #: The renderers tool parser for model replies (``<tool_call>{"name", "arguments"}</tool_call>``).
 TOOL_PARSER = "qwen3"
-
-
-def module_name(env_id: str) -> str:
-    """The module verifiers' own loader imports for ``env_id`` (dotted ids as they are)."""
-    return env_id.replace("-", "_").split("/")[-1]
 
 
 def legacy_module(env_id: str) -> ModuleType | None:
