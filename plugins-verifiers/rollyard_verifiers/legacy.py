@@ -14,37 +14,26 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import importlib.util
 from collections.abc import Mapping
-from types import ModuleType
 from typing import Any
 
-from rollyard import RolloutError
+from rollyard import ConfigError, RolloutError
 
-from rollyard_verifiers.resolve import module_name
+from rollyard_verifiers.resolve import Generation, find_environment, module_name
 
 SESSION_STATE_KEY = "trajectory_id"
 #: The renderers tool parser for model replies (``<tool_call>{"name", "arguments"}</tool_call>``).
 TOOL_PARSER = "qwen3"
 
 
-def legacy_module(env_id: str) -> ModuleType | None:
-    """The module of ``env_id`` when it defines ``load_environment`` (a pre-0.4 environment);
-    None when there is no such importable module (a 0.4 taskset id) or it defines none."""
-    name = module_name(env_id)
+def is_legacy(env_id: str) -> bool:
+    """Whether ``env_id`` names a pre-0.4 (``load_environment``) environment, read from its
+    files without importing it (:mod:`rollyard_verifiers.resolve`); an id that names no module
+    is left to verifiers' own loader (False)."""
     try:
-        found = importlib.util.find_spec(name)
-    except (ImportError, ValueError):
-        return None
-    if found is None:
-        return None
-    try:
-        module = importlib.import_module(name)
-    except Exception as exc:
-        raise RolloutError(f"verifiers environment {env_id!r}: importing module {name!r} "
-                           f"raised {type(exc).__name__}: {_one_line(exc)}",
-                           plugin="verifiers") from exc
-    return module if callable(getattr(module, "load_environment", None)) else None
+        return find_environment(env_id).generation is Generation.LEGACY
+    except ConfigError:
+        return False
 
 
 def has_legacy_api() -> bool:
@@ -66,7 +55,7 @@ def _one_line(exc: BaseException) -> str:
 class LegacyEnvironment:
     """One loaded pre-0.4 environment: its tasks per split and its episodes."""
 
-    def __init__(self, env_id: str, module: ModuleType, kwargs: Mapping[str, Any]) -> None:
+    def __init__(self, env_id: str, kwargs: Mapping[str, Any]) -> None:
         self.env_id = env_id
         if not has_legacy_api():
             import verifiers
@@ -75,6 +64,13 @@ class LegacyEnvironment:
                 f"verifiers environment {env_id!r} is written for verifiers < 0.4 "
                 f"(load_environment), but verifiers {verifiers.__version__} is installed here; "
                 "run it with --rollout-env isolated", plugin="verifiers")
+        name = module_name(env_id)
+        try:
+            module = importlib.import_module(name)
+        except Exception as exc:
+            raise RolloutError(f"verifiers environment {env_id!r}: importing module {name!r} "
+                               f"raised {type(exc).__name__}: {_one_line(exc)}",
+                               plugin="verifiers") from exc
         try:
             self.env = module.load_environment(**kwargs)
         except Exception as exc:

@@ -29,8 +29,13 @@ from rollyard import (
 )
 
 from rollyard_verifiers.bridge import Bridge, BridgeServer
-from rollyard_verifiers.environment import deep_merge, env_config, load_environment
-from rollyard_verifiers.legacy import SESSION_STATE_KEY, LegacyEnvironment, legacy_module
+from rollyard_verifiers.environment import (
+    check_async_scoring,
+    deep_merge,
+    env_config,
+    load_environment,
+)
+from rollyard_verifiers.legacy import SESSION_STATE_KEY, LegacyEnvironment, is_legacy
 from rollyard_verifiers.options import VerifiersOptions, json_object
 from rollyard_verifiers.samples import EnvironmentMetrics, legacy_samples, trace_samples
 from rollyard_verifiers.selection import environment_request
@@ -68,9 +73,8 @@ class VerifiersRollout(Rollout):
         self._bridge_port = 0
         self._metrics = EnvironmentMetrics()
         self._tasks: dict[str, Any] = {}
-        module = legacy_module(self.env_id)
-        if module is not None:
-            self._init_legacy(module, options)
+        if is_legacy(self.env_id):
+            self._init_legacy(options)
             return
         self._legacy: dict[str, LegacyEnvironment] | None = None
         try:
@@ -87,15 +91,15 @@ class VerifiersRollout(Rollout):
         self._envs: dict[str, Any] = {}
         self._shared = {key: SharedContext(self._opener(key)) for key in self._configs}
 
-    def _init_legacy(self, module: Any, options: VerifiersOptions) -> None:
+    def _init_legacy(self, options: VerifiersOptions) -> None:
         """A pre-0.4 environment: ``--verifiers-env-config`` holds ``load_environment``'s
         keyword arguments (``--verifiers-eval-config`` merged on top for ``eval``); splits with
         the same arguments share one environment."""
         train = json_object(options.env_config)
         eval_ = deep_merge(train, json_object(options.eval_config))
-        loaded = LegacyEnvironment(self.env_id, module, train)
+        loaded = LegacyEnvironment(self.env_id, train)
         self._legacy = {"train": loaded, "eval": loaded if eval_ == train else
-                        LegacyEnvironment(self.env_id, module, eval_)}
+                        LegacyEnvironment(self.env_id, eval_)}
         if options.max_turns is not None:
             for env in self._legacy.values():
                 if hasattr(env.env, "max_turns"):
@@ -118,6 +122,11 @@ class VerifiersRollout(Rollout):
         tasks: list[Task] = []
         seen: set[str] = set()
         for vf_task in view:
+            if not tasks:
+                try:
+                    check_async_scoring(vf_task, self.env_id)
+                except TypeError as exc:
+                    raise RolloutError(str(exc), plugin=self.name) from exc
             data = vf_task.data
             task_id = str(data.id if data.id is not None else data.idx)
             if f"{split}/{task_id}" in seen:
@@ -136,11 +145,13 @@ class VerifiersRollout(Rollout):
         self._key(split)
         rows = self._legacy[split].rows(split)
         tasks: list[Task] = []
+        seen: set[str] = set()
         for index, row in enumerate(rows[:self.max_tasks]):
             task_id = str(row["id"] if row.get("id") is not None else index)
-            if f"{split}/{task_id}" in self._tasks:
+            if task_id in seen:
                 raise RolloutError(f"environment {self.env_id!r} yields two tasks with id "
                                    f"{task_id!r}", plugin=self.name, task_id=task_id)
+            seen.add(task_id)
             self._tasks[f"{split}/{task_id}"] = row
             data = {k: v for k, v in row.items() if k != "prompt"}
             tasks.append(Task(id=task_id, prompt=_legacy_prompt(row.get("prompt")),
