@@ -13,8 +13,10 @@ call of the rollout (see :mod:`rollyard_verifiers.recorded`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
-from collections.abc import Mapping
+import signal
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from rollyard import ConfigError, RolloutError
@@ -47,6 +49,20 @@ def has_legacy_api() -> bool:
         return False
 
 
+@contextlib.contextmanager
+def _signal_handlers_kept() -> Iterator[None]:
+    """Keep the process's signal handlers while an environment is built: a pre-0.4
+    ``Environment`` installs SIGINT/SIGTERM handlers for verifiers' own CLI, which fails off the
+    main thread (a Ray actor builds its rollout there) and would take shutdown away from the
+    worker's host anyway."""
+    install = signal.signal
+    signal.signal = lambda signum, handler: signal.getsignal(signum)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        signal.signal = install
+
+
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return text if len(text) <= 300 else text[:297] + "..."
@@ -72,7 +88,8 @@ class LegacyEnvironment:
                                f"raised {type(exc).__name__}: {_one_line(exc)}",
                                plugin="verifiers") from exc
         try:
-            self.env = module.load_environment(**kwargs)
+            with _signal_handlers_kept():
+                self.env = module.load_environment(**kwargs)
         except Exception as exc:
             raise RolloutError(f"verifiers environment {env_id!r}: load_environment raised "
                                f"{type(exc).__name__}: {_one_line(exc)}",

@@ -57,6 +57,11 @@ def trace_samples(trace: Any, session: SessionRecord, task_id: str,
     return samples
 
 
+#: Errors a legacy rollout records for what the model itself did (an empty reply: the end of
+#: sequence at once). Its tokens were sampled and scored, so the sample trains like any other.
+MODEL_OUTCOMES = frozenset({"EmptyModelResponseError"})
+
+
 def legacy_samples(state: Any, session: SessionRecord, task_id: str,
                    group_id: str) -> list[Sample]:
     """One Sample per segment of the calls the bridge recorded for a legacy rollout
@@ -91,7 +96,7 @@ def _legacy_status(state: Any, session: SessionRecord) -> tuple[SampleStatus, st
     if session.aborted:
         return SampleStatus.ABORTED, session.aborted
     error = state.get("error")
-    if error is not None:
+    if error is not None and type(error).__name__ not in MODEL_OUTCOMES:
         cause = getattr(error, "__cause__", None) or error
         return SampleStatus.FAILED, f"{type(error).__name__}: {cause}"
     if state.get("is_truncated"):

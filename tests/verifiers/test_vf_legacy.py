@@ -10,7 +10,6 @@ import json
 import os
 import random
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -120,9 +119,11 @@ def test_a_legacy_environment_in_the_04_venv_says_how_to_run_it(
 
 # ---------------------------------------------------------------- in venvs of old verifiers
 
-def legacy_python(env_id: str, envs_dir: Path) -> Path:
+def legacy_python(env_id: str, envs_dir: Path, version: str | None = None) -> Path:
     """The venv ``VerifiersRollout.isolated_environment`` asks for ``env_id`` (built once,
-    cached in ``envs_dir`` for the next session and for the training tests)."""
+    cached in ``envs_dir`` for the next session and for the training tests). The test
+    environments are on PYTHONPATH, not installed, so their own verifiers requirement is not
+    seen: ``version`` pins one."""
     from rollyard.isolation.envs import ENVS_DIR_VARIABLE, ensure_env, env_spec
     from rollyard_verifiers.options import VerifiersOptions
     from rollyard_verifiers.rollout import VerifiersRollout
@@ -131,7 +132,8 @@ def legacy_python(env_id: str, envs_dir: Path) -> Path:
         patch.setenv(ENVS_DIR_VARIABLE, str(envs_dir))
         for path in LEGACY_PATHS:
             patch.syspath_prepend(str(path))
-        request = VerifiersRollout.isolated_environment(VerifiersOptions(env=env_id))
+        request = VerifiersRollout.isolated_environment(VerifiersOptions(env=env_id,
+                                                                          version=version))
         assert request is not None
         return ensure_env(env_spec("rollyard-verifiers", request), print) / "bin" / "python"
 
@@ -230,8 +232,10 @@ def test_031_codegolf_as_a_load_environment_environment(results_031) -> None:
 
 @pytest.mark.slow
 def test_020_single_turn_with_a_plain_reward_function(tiny_model_dir, isolated_envs_dir) -> None:
-    [result] = run_cases(legacy_python("rollyard_vf_v020_arith", isolated_envs_dir),
-                         tiny_model_dir,
+    python = legacy_python("rollyard_vf_v020_arith", isolated_envs_dir, version="0.2.0")
+    assert subprocess.run([str(python), "-c", "import verifiers; assert verifiers.__version__ "
+                           "== '0.2.0', verifiers.__version__"]).returncode == 0
+    [result] = run_cases(python, tiny_model_dir,
                          [{"env": "rollyard_vf_v020_arith", "replies": ["It is 6"], "groups": 2}])
     assert [t["id"] for t in result["tasks"]] == ["0", "1", "2", "3"]
     assert result["tasks"][0]["data"]["info"] == {"factors": [2, 3]}
