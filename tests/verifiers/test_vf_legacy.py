@@ -17,8 +17,9 @@ import pytest
 from rollyard import RolloutContext, RolloutError, SamplingParams
 from rollyard.rewards import RewardSet
 from rollyard.testing import ScriptedTransport
-from rollyard_verifiers.bridge import Bridge, BridgeServer, RecordedCall
+from rollyard_verifiers.bridge import Bridge, BridgeServer, RecordedCall, SessionRecord
 from rollyard_verifiers.recorded import segments
+from rollyard_verifiers.samples import legacy_samples
 
 HERE = Path(__file__).parent
 ENVS = HERE / "envs"
@@ -52,6 +53,34 @@ def test_a_prompt_that_does_not_extend_the_history_starts_a_new_segment() -> Non
 def test_a_call_with_mismatched_logprobs_is_refused() -> None:
     with pytest.raises(ValueError, match="2 output ids but 1 logprobs"):
         segments([RecordedCall([1], [2, 3], [-0.1])])
+
+
+class EmptyModelResponseError(Exception):
+    """Stands in for verifiers' error of the same name (the model ended its reply at once)."""
+
+
+class ModelError(Exception):
+    pass
+
+
+@pytest.mark.parametrize(("error", "status"), [
+    (None, "completed"),
+    (EmptyModelResponseError("no content"), "completed"),  # the model's own outcome
+    (ModelError("bad gateway"), "failed"),
+])
+def test_a_legacy_rollout_state_becomes_samples(error, status) -> None:
+    state = {"trajectory_id": "r1", "reward": 1.2, "metrics": {"correct": 1.0, "brief": 1.0},
+             "error": error, "is_truncated": False, "stop_condition": "max_turns_reached",
+             "completion": [{"role": "assistant", "content": "6"}]}
+    session = SessionRecord(weight_versions=[3, 2], calls=[RecordedCall([1, 2], [3], [-0.5])])
+    [sample] = legacy_samples(state, session, "t", "g")
+    assert sample.status.value == status
+    if status == "completed":
+        assert (sample.tokens, sample.prompt_len, sample.loss_mask) == ([1, 2, 3], 2, [1])
+        assert sample.reward == 1.2 and sample.rewards == {"correct": 1.0, "brief": 1.0}
+        assert sample.weight_version == 2 and sample.metadata["completion"] == "6"
+    else:
+        assert sample.reward == 0.0 and "ModelError: bad gateway" in sample.metadata["failure"]
 
 
 def test_the_bridge_records_each_call_of_a_session_over_http(rollyard_tokenizer) -> None:
