@@ -4,26 +4,35 @@ Such an environment is a module whose ``load_environment(**kwargs)`` returns a
 ``vf.Environment`` (``SingleTurnEnv``, ``MultiTurnEnv``, ``ToolEnv`` …) holding a dataset and a
 rubric. It runs through its own API: ``env.rollout(input, client, model, sampling_args)`` per
 episode, then ``env.rubric.score_group`` over the group (group reward functions included). The
-client is verifiers' own ``RendererClient`` (``client_type="renderer"``), which renders chat
-messages to token ids and posts them to the bridge's ``/inference/v1/generate``; its
-``X-Session-ID`` header carries the rollout's ``trajectory_id`` so that the bridge records every
-call of the rollout (see :mod:`rollyard_verifiers.recorded`).
+client is the one that verifiers version speaks (:meth:`LegacyEnvironment.client`); each
+rollout's sampling arguments carry an ``X-Session-ID`` header of its own, so that the bridge
+records every call of the rollout (see :mod:`rollyard_verifiers.recorded`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib
+import importlib.util
+import inspect
 import signal
+import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from packaging.version import Version
 from rollyard import ConfigError, RolloutError
 
+from rollyard_verifiers.bridge import SESSION_HEADER
 from rollyard_verifiers.resolve import Generation, find_environment, module_name
 
+#: verifiers releases from which the renderer client (and the pinned renderers) drive it.
+RENDERER_CLIENT_SINCE = Version("0.2")
+#: The state key whose value names a rollout's session when the client takes it from state.
 SESSION_STATE_KEY = "trajectory_id"
+API_KEY_VARIABLE = "ROLLYARD_BRIDGE_KEY"
 #: The renderers tool parser for model replies (``<tool_call>{"name", "arguments"}</tool_call>``).
 TOOL_PARSER = "qwen3"
 
@@ -107,38 +116,71 @@ class LegacyEnvironment:
         return [dict(row) for row in dataset]
 
     def client(self, base_url: str, renderer_dir: str) -> Any:
-        """verifiers' renderer client for the bridge at ``base_url``, rendering with the
-        tokenizer in ``renderer_dir`` (its chat template; tool calls parsed in the Qwen/Hermes
-        ``<tool_call>`` JSON format, :data:`TOOL_PARSER`); each call names its rollout in
-        ``X-Session-ID``."""
+        """The client this verifiers calls the bridge at ``base_url`` through: from 0.2 its
+        renderer client (prompts rendered here with the tokenizer in ``renderer_dir``, tool
+        calls parsed in the Qwen/Hermes ``<tool_call>`` JSON format, :data:`TOOL_PARSER`,
+        token ids to ``/inference/v1/generate``); before, an OpenAI chat client (the bridge
+        renders, ``/v1/chat/completions``): verifiers' own from 0.1.11, the SDK's before."""
         import verifiers as vf
-        from renderers import DefaultRendererConfig
-        from verifiers.clients import resolve_client
 
-        config = vf.ClientConfig(client_type="renderer", api_base_url=base_url,
-                                 api_key_var="ROLLYARD_BRIDGE_KEY",
-                                 renderer_model_name=renderer_dir, max_retries=0,
-                                 renderer_config=DefaultRendererConfig(tool_parser=TOOL_PARSER),
-                                 extra_headers_from_state={"X-Session-ID": SESSION_STATE_KEY})
-        return resolve_client(config)
+        headers = {SESSION_HEADER: SESSION_STATE_KEY} if self.session_from_state else {}
+        if Version(vf.__version__) >= RENDERER_CLIENT_SINCE:
+            from renderers import DefaultRendererConfig
+            from verifiers.clients import resolve_client
+
+            return resolve_client(vf.ClientConfig(
+                client_type="renderer", api_base_url=base_url, api_key_var=API_KEY_VARIABLE,
+                renderer_model_name=renderer_dir, max_retries=0, extra_headers_from_state=headers,
+                renderer_config=DefaultRendererConfig(tool_parser=TOOL_PARSER)))
+        if importlib.util.find_spec("verifiers.clients") is not None:
+            from verifiers.clients import resolve_client
+
+            extra = {"extra_headers_from_state": headers} if headers else {}
+            return resolve_client(vf.ClientConfig(
+                client_type="openai_chat_completions", api_base_url=base_url,
+                api_key_var=API_KEY_VARIABLE, max_retries=0, **extra))
+        from openai import AsyncOpenAI
+
+        return AsyncOpenAI(base_url=base_url, api_key="rollyard", max_retries=0)
+
+    @functools.cached_property
+    def session_from_state(self) -> bool:
+        """Whether the client names each call's session from the rollout's state (verifiers'
+        ``extra_headers_from_state``, from 0.1.12: it sends headers of its own) rather than
+        from the sampling arguments' ``extra_headers``."""
+        import verifiers as vf
+
+        config = getattr(vf, "ClientConfig", None)
+        return config is not None and "extra_headers_from_state" in config.model_fields
 
     async def run_group(self, row: Mapping[str, Any], n: int, client: Any, model: str,
                         sampling_args: Mapping[str, Any],
-                        semaphore: asyncio.Semaphore) -> list[Any]:
-        """``n`` rollouts of ``row``, scored together by the environment's rubric. Returns the
-        verifiers states; a rollout that raised is returned as its exception."""
+                        semaphore: asyncio.Semaphore) -> list[tuple[str, Any]]:
+        """``n`` rollouts of ``row``, scored together by the environment's rubric: for each,
+        the session id its calls carried (``X-Session-ID``) and its verifiers state, or the
+        exception it raised."""
+        sessions = [uuid.uuid4().hex for _ in range(n)]
 
-        async def one() -> Any:
+        async def one(session: str) -> Any:
+            args = dict(sampling_args)
+            if not self.session_from_state:
+                args["extra_headers"] = {SESSION_HEADER: session}
             async with semaphore:
-                return await self.env.rollout(dict(row), client, model, dict(sampling_args))
+                return await self.env.rollout(dict(row), client, model, args)
 
-        results = await asyncio.gather(*(one() for _ in range(n)), return_exceptions=True)
+        results = await asyncio.gather(*(one(s) for s in sessions), return_exceptions=True)
+        if self.session_from_state:  # a rollout that raised left its session unknown
+            sessions = [r[SESSION_STATE_KEY] if not isinstance(r, BaseException) else s
+                        for s, r in zip(sessions, results, strict=True)]
         states = [r for r in results if not isinstance(r, BaseException)]
         if states:
-            if self.env.score_rollouts:
-                await self.env.rubric.score_group(states)
+            rubric = self.env.rubric
+            score = rubric.score_group if self.env.score_rollouts else rubric.dummy_score_group
+            if "score_sem" in inspect.signature(score).parameters:  # 0.1.9-0.1.10
+                await score(states, score_sem=contextlib.nullcontext())
             else:
-                await self.env.rubric.dummy_score_group(states)
-            for state in states:
-                await self.env.rubric.cleanup(state)
-        return results
+                await score(states)
+            cleanup = getattr(self.env.rubric, "cleanup", None)  # from 0.1.12
+            for state in states if cleanup is not None else ():
+                await cleanup(state)
+        return list(zip(sessions, results, strict=True))

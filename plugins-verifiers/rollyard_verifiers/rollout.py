@@ -35,7 +35,7 @@ from rollyard_verifiers.environment import (
     env_config,
     load_environment,
 )
-from rollyard_verifiers.legacy import SESSION_STATE_KEY, LegacyEnvironment, is_legacy
+from rollyard_verifiers.legacy import LegacyEnvironment, is_legacy
 from rollyard_verifiers.options import VerifiersOptions, json_object
 from rollyard_verifiers.samples import EnvironmentMetrics, legacy_samples, trace_samples
 from rollyard_verifiers.selection import environment_request
@@ -68,7 +68,8 @@ class VerifiersRollout(Rollout):
         self.max_tasks: int | None = options.max_tasks
         self.renderer_dir = _tokenizer_dir(context.tokenizer)
         self.bridge = Bridge(context.transport, model=Path(self.renderer_dir).name,
-                             max_model_len=_context_length(self.renderer_dir))
+                             max_model_len=_context_length(self.renderer_dir),
+                             tokenizer=context.tokenizer)
         self._semaphore: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
         self._bridge_port = 0
         self._metrics = EnvironmentMetrics()
@@ -207,12 +208,12 @@ class VerifiersRollout(Rollout):
             results = await self._legacy[split].run_group(
                 row, n, client, self.bridge.model, self._sampling_args(), self._bound())
         samples: list[Sample] = []
-        for result in results:
+        for session_id, result in results:
+            session = self.bridge.pop_session(session_id)
             if isinstance(result, BaseException):
                 samples.append(_failed(task_id, group_id, f"rollout raised "
                                                           f"{type(result).__name__}: {result}"))
                 continue
-            session = self.bridge.pop_session(str(result[SESSION_STATE_KEY]))
             try:
                 produced = legacy_samples(result, session, task_id, group_id)
             except ValueError as exc:
