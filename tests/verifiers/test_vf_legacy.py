@@ -10,6 +10,7 @@ import json
 import os
 import random
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,55 @@ def test_the_bridge_records_each_call_of_a_session_over_http(rollyard_tokenizer)
     assert r1["token_ids"] != r2["token_ids"]  # the second call of s1 got the second reply
     assert [c.output_ids for c in s2.calls] == [r3["token_ids"]] == [r1["token_ids"]]
     assert bridge.pop_session("s1").calls == []  # popped
+
+
+def test_chat_and_text_completions_carry_the_engine_ids(tiny_model_dir) -> None:
+    """What verifiers before 0.2 calls through the OpenAI SDK: the prompt rendered with the
+    model's chat template, vLLM's token fields, ``token_id:<id>`` labels, the session kept."""
+    from openai import AsyncOpenAI
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    transport = ScriptedTransport(["It is 5."], tokenizer=tokenizer, logprob=-0.25)
+    bridge = Bridge(transport, model="tiny", tokenizer=tokenizer)
+    messages = [{"role": "user", "content": "2+3?"}]
+
+    async def main() -> tuple[Any, Any, str]:
+        async with BridgeServer(bridge) as server:
+            client = AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+            chat = await client.chat.completions.create(
+                model="tiny", messages=messages, max_tokens=16, temperature=0.5, logprobs=True,
+                extra_body={"return_tokens_as_token_ids": True},
+                extra_headers={"X-Session-ID": "s1"})
+            text = await client.completions.create(model="tiny", prompt="2+3=", max_tokens=16,
+                                                   extra_headers={"X-Session-ID": "s1"})
+            try:
+                await client.chat.completions.create(model="tiny", messages=messages,
+                                                     max_tokens=4, top_logprobs=3,
+                                                     logprobs=True)
+            except Exception as exc:  # the bridge's 400, with its message
+                refused = str(exc)
+            await client.close()
+            return chat, text, refused
+
+    chat, text, refused = asyncio.run(main())
+    prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    prompt = list(prompt["input_ids"] if isinstance(prompt, Mapping) else prompt)
+    choice = chat.choices[0]
+    assert chat.prompt_token_ids == transport.requests[0].input_ids == prompt
+    assert choice.token_ids == transport.calls[0][1].output_ids
+    assert choice.message.content == "It is 5."
+    assert [c.token for c in choice.logprobs.content] == [
+        f"token_id:{t}" for t in choice.token_ids]
+    assert [c.logprob for c in choice.logprobs.content] == [-0.25] * len(choice.token_ids)
+    assert transport.requests[0].sampling.temperature == 0.5
+    assert text.choices[0].prompt_token_ids == tokenizer.encode("2+3=",
+                                                                add_special_tokens=False)
+    assert text.choices[0].text == "It is 5."
+    assert text.choices[0].logprobs.token_logprobs == [-0.25] * len(text.choices[0].token_ids)
+    assert [c.output_ids for c in bridge.pop_session("s1").calls] == [
+        choice.token_ids, text.choices[0].token_ids]
+    assert "'top_logprobs'=3" in refused
 
 
 # ---------------------------------------------------------------- refused in the core's venv
