@@ -83,8 +83,9 @@ def test_a_legacy_environment_gets_the_newest_release_of_its_api_meeting_its_req
     wanted = [f"verifiers=={chosen}", "renderers>=0.1.8,<0.1.11", "aiohttp>=3.9", "uv"]
     if requires is None:
         assert list(asked.requirements) == wanted
-    else:  # the environment's own install source first: here its name and version
-        assert list(asked.requirements) == ["vf-probe==0.1.0", *wanted]
+    else:  # its other requirements; the distribution itself --no-deps (its pin loses)
+        assert list(asked.requirements) == ["datasets", *wanted]
+        assert asked.no_deps == ("vf-probe==0.1.0",)
     assert "vf_probe" not in sys.modules
 
 
