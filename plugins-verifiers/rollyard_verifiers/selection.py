@@ -29,10 +29,11 @@ TASKSET_REQUIREMENTS = ("aiohttp>=3.9", "uv")
 
 def environment_request(env_id: str, version: str | None = None) -> IsolatedEnvironment | None:
     """The venv ``env_id`` needs, or None when it runs where the plugin is installed (a 0.4
-    taskset without ``version``). ConfigError, one line, for an id naming nothing, a version
-    of the wrong API generation, or a requirement no release on the index meets."""
+    taskset, unless ``version`` names another verifiers than the one here). ConfigError, one
+    line, for an id naming nothing, a version of the wrong API generation, or a requirement no
+    release on the index meets."""
     found = find_environment(env_id)
-    if found.generation is Generation.TASKSET and version is None:
+    if found.generation is Generation.TASKSET and version in (None, _version()):
         return None
     pin = verifiers_spec(found, version, index_versions("verifiers"))
     extra = (LEGACY_REQUIREMENTS if found.generation is Generation.LEGACY
@@ -106,9 +107,14 @@ def _releases(available: list[Version]) -> str:
     return ", ".join(str(v) for v in finals) if finals else "none at all"
 
 
-def _installed() -> str:
+def _version() -> str | None:
+    """The verifiers installed here."""
     try:
-        return f"verifiers {md.version('verifiers')}"
+        return md.version("verifiers")
     except md.PackageNotFoundError:
-        return "no verifiers"
+        return None
+
+
+def _installed() -> str:
+    return f"verifiers {_version()}" if _version() else "no verifiers"
 
