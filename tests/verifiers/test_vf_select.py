@@ -199,6 +199,16 @@ def test_the_shared_environment_refuses_a_legacy_environment_in_one_line(
     assert not (tmp_path / "runs").exists()
 
 
+def test_installing_a_taskset_builds_nothing(rollyard_cli, tmp_path: Path) -> None:
+    result = rollyard_cli("verifiers", "install", "rollyard_vf_arith", paths=[ENVS],
+                          env={"ROLLYARD_ENVS_DIR": str(tmp_path / "envs")})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [sys.prefix]
+    assert "'rollyard_vf_arith' is a verifiers 0.4 taskset: it runs in the environment " \
+           "rollyard-verifiers is installed in; nothing to build" in " ".join(result.stderr.split())
+    assert not (tmp_path / "envs").exists()
+
+
 def test_inspection_imports_neither_the_environment_nor_verifiers(site: Path) -> None:
     write_environment(site, "vf_probe", "verifiers>=0.3.1")
     probe = textwrap.dedent("""\
