@@ -12,9 +12,10 @@ from __future__ import annotations
 import importlib.metadata as md
 import re
 
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 from rollyard import ConfigError, IsolatedEnvironment
-from rollyard.isolation.requirements import install_source
+from rollyard.isolation.requirements import declared_requirements, install_source
 
 from rollyard_verifiers.index import index_versions
 from rollyard_verifiers.resolve import FoundEnvironment, Generation, find_environment
@@ -28,26 +29,39 @@ TASKSET_REQUIREMENTS = ("aiohttp>=3.9", "uv")
 
 def environment_request(env_id: str, version: str | None = None) -> IsolatedEnvironment | None:
     """The venv ``env_id`` needs, or None when it runs where the plugin is installed (a 0.4
-    taskset without ``version``). ConfigError, one line, for an id naming nothing, a version
-    of the wrong API generation, or a requirement no release on the index meets."""
+    taskset, unless ``version`` names another verifiers than the one here). ConfigError, one
+    line, for an id naming nothing, a version of the wrong API generation, or a requirement no
+    release on the index meets."""
     found = find_environment(env_id)
-    if found.generation is Generation.TASKSET and version is None:
+    if found.generation is Generation.TASKSET and version in (None, _version()):
         return None
     pin = verifiers_spec(found, version, index_versions("verifiers"))
     extra = (LEGACY_REQUIREMENTS if found.generation is Generation.LEGACY
              else TASKSET_REQUIREMENTS)
-    source = tuple(install_source(found.distribution)) if found.distribution else ()
-    requirements = (*source, f"verifiers{pin}", *extra)
+    own, source = _environment_packages(found)
+    requirements = (*own, f"verifiers{pin}", *extra)
     shown = pin.removeprefix("==")
     label = f"verifiers-{re.sub(r'[^A-Za-z0-9.]+', '_', shown).strip('_')}-{found.module}"
     flag = f" --verifiers-version {version}" if version else ""
     return IsolatedEnvironment(
-        label=label, requirements=requirements,
+        label=label, requirements=requirements, no_deps=source,
         reason=(f"verifiers environment {env_id!r} ({found.location}) is written against "
                 f"{found.generation.described} and needs verifiers{pin}, which the core's "
                 f"environment does not have ({_installed()}): run it in a venv of its own, "
                 f"rollyard train --rollout-plugin verifiers --vf-env {env_id}{flag} "
                 "--rollout-env isolated (auto does the same)"))
+
+
+def _environment_packages(found: FoundEnvironment) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The environment distribution's requirements other than verifiers, and how to install
+    the distribution itself (--no-deps, so the verifiers chosen here wins over its own pin).
+    An environment without metadata (on PYTHONPATH) brings none: PYTHONPATH reaches the
+    workers."""
+    if found.distribution is None:
+        return (), ()
+    own = tuple(str(r) for r in declared_requirements(found.distribution)
+                if canonicalize_name(r.name) != "verifiers")
+    return own, tuple(install_source(found.distribution))
 
 
 def verifiers_spec(found: FoundEnvironment, version: str | None,
@@ -93,9 +107,14 @@ def _releases(available: list[Version]) -> str:
     return ", ".join(str(v) for v in finals) if finals else "none at all"
 
 
-def _installed() -> str:
+def _version() -> str | None:
+    """The verifiers installed here."""
     try:
-        return f"verifiers {md.version('verifiers')}"
+        return md.version("verifiers")
     except md.PackageNotFoundError:
-        return "no verifiers"
+        return None
+
+
+def _installed() -> str:
+    return f"verifiers {_version()}" if _version() else "no verifiers"
 

@@ -86,3 +86,5 @@ def test_the_cache_key_follows_the_requested_requirements() -> None:
                 env_spec("rollyard").key}) == 4
     assert spec("a==1").path.name == f"ask-{spec('a==1').key}"
     assert spec("a==1").sources[-1] == "a==1"
+    loose = env_spec("rollyard", IsolatedEnvironment("ask", ("a==1",), "why", no_deps=("b",)))
+    assert loose.key != spec("a==1").key and loose.no_deps == ("b",)

@@ -14,7 +14,7 @@ import pytest
 from rollyard import ConfigError
 
 ENVS = Path(__file__).parent / "envs"
-RELEASES = ["0.2.0", "0.3.1", "0.3.2.dev5", "0.4.0"]  # and a yanked 0.3.5
+RELEASES = ["0.2.0", "0.3.1", "0.3.2.dev5", "0.4.0", "0.4.1"]  # and a yanked 0.3.5
 LEGACY_SOURCE = '''\
 import verifiers as vf
 
@@ -83,8 +83,9 @@ def test_a_legacy_environment_gets_the_newest_release_of_its_api_meeting_its_req
     wanted = [f"verifiers=={chosen}", "renderers>=0.1.8,<0.1.11", "aiohttp>=3.9", "uv"]
     if requires is None:
         assert list(asked.requirements) == wanted
-    else:  # the environment's own install source first: here its name and version
-        assert list(asked.requirements) == ["vf-probe==0.1.0", *wanted]
+    else:  # its other requirements; the distribution itself --no-deps (its pin loses)
+        assert list(asked.requirements) == ["datasets", *wanted]
+        assert asked.no_deps == ("vf-probe==0.1.0",)
     assert "vf_probe" not in sys.modules
 
 
@@ -102,7 +103,7 @@ def test_verifiers_version_overrides_within_the_api_generation(index: Path, site
     with pytest.raises(ConfigError) as missing:
         request("vf-probe", "0.3.7")
     assert str(missing.value) == ("--verifiers-version 0.3.7: the package index has no "
-                                  "verifiers 0.3.7; it has 0.2.0, 0.3.1, 0.4.0")
+                                  "verifiers 0.3.7; it has 0.2.0, 0.3.1, 0.4.0, 0.4.1")
 
 
 def test_a_requirement_no_release_meets_names_it_and_the_releases(index: Path,
@@ -114,7 +115,7 @@ def test_a_requirement_no_release_meets_names_it_and_the_releases(index: Path,
         "verifiers environment 'vf-future': its distribution 'vf-future' requires "
         "verifiers>=0.9 and it is written against the pre-0.4 verifiers API "
         "(load_environment) (verifiers<0.4); no release satisfies both (verifiers<0.4,>=0.9): "
-        "the package index has 0.2.0, 0.3.1, 0.4.0")
+        "the package index has 0.2.0, 0.3.1, 0.4.0, 0.4.1")
 
 
 def test_an_id_naming_nothing_lists_the_nearest_installed_environments(site: Path) -> None:
@@ -135,9 +136,12 @@ def test_an_id_naming_nothing_lists_the_nearest_installed_environments(site: Pat
 def test_a_taskset_runs_where_the_plugin_is_unless_a_version_is_asked(
         index: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(ENVS))
+    import verifiers
+
     assert request("rollyard_vf_arith") is None
-    asked = request("rollyard_vf_arith", "0.4.0")
-    assert list(asked.requirements) == ["verifiers==0.4.0", "aiohttp>=3.9", "uv"]
+    assert request("rollyard_vf_arith", verifiers.__version__) is None
+    asked = request("rollyard_vf_arith", "0.4.1")
+    assert list(asked.requirements) == ["verifiers==0.4.1", "aiohttp>=3.9", "uv"]
     with pytest.raises(ConfigError, match=r"only verifiers>=0\.4 has"):
         request("rollyard_vf_arith", "0.3.1")
 
@@ -193,6 +197,16 @@ def test_the_shared_environment_refuses_a_legacy_environment_in_one_line(
         "installed verifiers environments: vf_probe) (install it with pip install --no-deps, "
         "or put its folder on PYTHONPATH)"]
     assert not (tmp_path / "runs").exists()
+
+
+def test_installing_a_taskset_builds_nothing(rollyard_cli, tmp_path: Path) -> None:
+    result = rollyard_cli("verifiers", "install", "rollyard_vf_arith", paths=[ENVS],
+                          env={"ROLLYARD_ENVS_DIR": str(tmp_path / "envs")})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [sys.prefix]
+    assert "'rollyard_vf_arith' is a verifiers 0.4 taskset: it runs in the environment " \
+           "rollyard-verifiers is installed in; nothing to build" in " ".join(result.stderr.split())
+    assert not (tmp_path / "envs").exists()
 
 
 def test_inspection_imports_neither_the_environment_nor_verifiers(site: Path) -> None:

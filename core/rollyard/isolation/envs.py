@@ -102,7 +102,7 @@ def env_spec(distribution: str, request: IsolatedEnvironment | None = None) -> E
         return EnvSpec(distribution, requirements, core, (*sources, *plugin), sys.executable)
     return EnvSpec(distribution, request.requirements, core,
                    (*sources, *request.requirements), sys.executable, label=request.label,
-                   no_deps=tuple(plugin))
+                   no_deps=(*plugin, *request.no_deps))
 
 
 def _uv() -> str:

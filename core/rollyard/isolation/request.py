@@ -17,3 +17,6 @@ class IsolatedEnvironment:
     requirements: tuple[str, ...]
     #: one line: why it cannot run in the core's environment and the command that runs it
     reason: str
+    #: uv install arguments installed --no-deps with the plugin distribution (e.g. a package
+    #: whose own pins ``requirements`` override; list its other requirements there)
+    no_deps: tuple[str, ...] = ()
