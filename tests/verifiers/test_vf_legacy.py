@@ -25,7 +25,6 @@ from rollyard_verifiers.samples import legacy_samples
 HERE = Path(__file__).parent
 ENVS = HERE / "envs"
 CODEGOLF = HERE.parents[1] / "plugins-codegolf"
-LEGACY_PATHS = [ENVS / "legacy-arith", ENVS / "legacy-tools", ENVS / "v020-arith"]
 
 
 # ---------------------------------------------------------------- segments of recorded calls
@@ -189,8 +188,8 @@ def test_a_synchronous_reward_of_a_04_taskset_is_named(tiny_model_dir, test_envs
 
 
 def test_a_legacy_environment_in_the_04_venv_says_how_to_run_it(
-        tiny_model_dir, monkeypatch) -> None:
-    monkeypatch.syspath_prepend(str(ENVS / "legacy-arith"))
+        tiny_model_dir, legacy_env_site, monkeypatch) -> None:
+    monkeypatch.syspath_prepend(str(legacy_env_site))
     with pytest.raises(RolloutError, match=r"'rollyard_vf_legacy_arith' is written for "
                                            r"verifiers < 0\.4.*--rollout-env isolated"):
         rollout_here(tiny_model_dir, "rollyard_vf_legacy_arith")
@@ -198,28 +197,25 @@ def test_a_legacy_environment_in_the_04_venv_says_how_to_run_it(
 
 # ---------------------------------------------------------------- in venvs of old verifiers
 
-def legacy_python(env_id: str, envs_dir: Path, version: str | None = None) -> Path:
-    """The venv ``VerifiersRollout.isolated_environment`` asks for ``env_id`` (built once,
-    cached in ``envs_dir`` for the next session and for the training tests). The test
-    environments are on PYTHONPATH, not installed, so their own verifiers requirement is not
-    seen: ``version`` pins one."""
+def legacy_python(env_id: str, envs_dir: Path, site: Path) -> Path:
+    """The venv ``VerifiersRollout.isolated_environment`` asks for ``env_id`` installed in
+    ``site`` (built once, cached in ``envs_dir``: the matrix's, the training tests')."""
     from rollyard.isolation.envs import ENVS_DIR_VARIABLE, ensure_env, env_spec
     from rollyard_verifiers.options import VerifiersOptions
     from rollyard_verifiers.rollout import VerifiersRollout
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(ENVS_DIR_VARIABLE, str(envs_dir))
-        for path in LEGACY_PATHS:
-            patch.syspath_prepend(str(path))
-        request = VerifiersRollout.isolated_environment(VerifiersOptions(env=env_id,
-                                                                          version=version))
+        patch.syspath_prepend(str(site))
+        request = VerifiersRollout.isolated_environment(VerifiersOptions(env=env_id))
         assert request is not None
         return ensure_env(env_spec("rollyard-verifiers", request), print) / "bin" / "python"
 
 
-def run_cases(python: Path, model_dir: Path, cases: list[dict[str, Any]]) -> list[dict]:
+def run_cases(python: Path, model_dir: Path, site: Path,
+              cases: list[dict[str, Any]]) -> list[dict]:
     environ = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONHOME")}
-    environ["PYTHONPATH"] = os.pathsep.join(str(p) for p in [*LEGACY_PATHS, CODEGOLF])
+    environ["PYTHONPATH"] = os.pathsep.join([str(site), str(CODEGOLF)])
     done = subprocess.run([str(python), str(HERE / "vf_legacy_runner.py"), str(model_dir)],
                           input=json.dumps(cases), capture_output=True, text=True,
                           env=environ, timeout=300)
@@ -238,9 +234,9 @@ CASES_031 = [
 
 
 @pytest.fixture(scope="module")
-def results_031(tiny_model_dir, isolated_envs_dir) -> list[dict[str, Any]]:
-    return run_cases(legacy_python("rollyard_vf_legacy_arith", isolated_envs_dir),
-                     tiny_model_dir, CASES_031)
+def results_031(tiny_model_dir, isolated_envs_dir, legacy_env_site) -> list[dict[str, Any]]:
+    python = legacy_python("rollyard_vf_legacy_arith", isolated_envs_dir, legacy_env_site)
+    return run_cases(python, tiny_model_dir, legacy_env_site, CASES_031)
 
 
 @pytest.mark.slow
@@ -310,11 +306,13 @@ def test_031_codegolf_as_a_load_environment_environment(results_031) -> None:
 
 
 @pytest.mark.slow
-def test_020_single_turn_with_a_plain_reward_function(tiny_model_dir, isolated_envs_dir) -> None:
-    python = legacy_python("rollyard_vf_v020_arith", isolated_envs_dir, version="0.2.0")
+def test_020_single_turn_with_a_plain_reward_function(tiny_model_dir, isolated_envs_dir,
+                                                     legacy_env_site) -> None:
+    """Its own requirement (verifiers==0.2.0) selects its venv."""
+    python = legacy_python("rollyard_vf_v020_arith", isolated_envs_dir, legacy_env_site)
     assert subprocess.run([str(python), "-c", "import verifiers; assert verifiers.__version__ "
                            "== '0.2.0', verifiers.__version__"]).returncode == 0
-    [result] = run_cases(python, tiny_model_dir,
+    [result] = run_cases(python, tiny_model_dir, legacy_env_site,
                          [{"env": "rollyard_vf_v020_arith", "replies": ["It is 6"], "groups": 2}])
     assert [t["id"] for t in result["tasks"]] == ["0", "1", "2", "3"]
     assert result["tasks"][0]["data"]["info"] == {"factors": [2, 3]}

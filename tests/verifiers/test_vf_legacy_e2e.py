@@ -8,21 +8,19 @@ below is one of the same kind, and test_vf_legacy.py drives it in detail."""
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 import pytest
 from test_vf_e2e import GROUP_SIZE, GROUPS, train
-from test_vf_legacy import CODEGOLF, ENVS, LEGACY_PATHS
 
 pytestmark = pytest.mark.slow
 
 
-def train_legacy(rollyard_cli, tmp_path: Path, model_dir: Path, envs_dir: Path, env_id: str,
-                 *extra: str) -> tuple[list[dict], list[dict], str]:
-    path = os.pathsep.join(str(p) for p in [ENVS, *LEGACY_PATHS, CODEGOLF])
+def train_legacy(rollyard_cli, tmp_path: Path, model_dir: Path, envs_dir: Path, site: Path,
+                 env_id: str, *extra: str) -> tuple[list[dict], list[dict], str]:
+    """``train`` with the test environments installed in ``site`` (on PYTHONPATH)."""
     return train(rollyard_cli, tmp_path, model_dir, env_id, 2, *extra,
-                 env={"ROLLYARD_ENVS_DIR": str(envs_dir), "PYTHONPATH": path})
+                 env={"ROLLYARD_ENVS_DIR": str(envs_dir), "PYTHONPATH": str(site)})
 
 
 def check(samples: list[dict], metrics: list[dict], reward_keys: set[str], stderr: str,
@@ -48,9 +46,10 @@ def check(samples: list[dict], metrics: list[dict], reward_keys: set[str], stder
 
 
 def test_train_a_031_multi_turn_tool_environment(rollyard_cli, tmp_path, tiny_model_dir,
-                                                 isolated_envs_dir) -> None:
+                                                 isolated_envs_dir, legacy_env_site) -> None:
     samples, metrics, stderr = train_legacy(rollyard_cli, tmp_path, tiny_model_dir,
-                                            isolated_envs_dir, "rollyard_vf_legacy_tools",
+                                            isolated_envs_dir, legacy_env_site,
+                                            "rollyard_vf_legacy_tools",
                                             "--max-new-tokens", "6", "--verifiers-max-turns", "2")
     check(samples, metrics, {"correct", "used_tool"}, stderr, "verifiers-0.3.1-")
     assert all(m["env/verifiers/num_turns_mean"] == 2.0 for m in metrics)
@@ -67,19 +66,20 @@ def test_train_a_031_multi_turn_tool_environment(rollyard_cli, tmp_path, tiny_mo
 
 
 def test_train_a_020_environment(rollyard_cli, tmp_path, tiny_model_dir,
-                                 isolated_envs_dir) -> None:
+                                 isolated_envs_dir, legacy_env_site) -> None:
+    """Its own requirement (verifiers==0.2.0) picks the verifiers."""
     samples, metrics, stderr = train_legacy(rollyard_cli, tmp_path, tiny_model_dir,
-                                            isolated_envs_dir, "rollyard_vf_v020_arith",
-                                            "--max-new-tokens", "8", "--verifiers-version",
-                                            "0.2.0")
+                                            isolated_envs_dir, legacy_env_site,
+                                            "rollyard_vf_v020_arith", "--max-new-tokens", "8")
     check(samples, metrics, {"exact", "short"}, stderr, "verifiers-0.2.0-")
 
 
 def test_train_codegolf_as_a_load_environment_environment(rollyard_cli, tmp_path,
                                                           tiny_model_dir,
-                                                          isolated_envs_dir) -> None:
+                                                          isolated_envs_dir,
+                                                          legacy_env_site) -> None:
     samples, metrics, stderr = train_legacy(rollyard_cli, tmp_path, tiny_model_dir,
-                                            isolated_envs_dir,
+                                            isolated_envs_dir, legacy_env_site,
                                             "rollyard_codegolf.verifiers_legacy",
                                             "--max-new-tokens", "16")
     check(samples, metrics, {"correct", "concise"}, stderr, "verifiers-0.3.1-")
