@@ -4,9 +4,11 @@ Such an environment is a module whose ``load_environment(**kwargs)`` returns a
 ``vf.Environment`` (``SingleTurnEnv``, ``MultiTurnEnv``, ``ToolEnv`` …) holding a dataset and a
 rubric. It runs through its own API: ``env.rollout(input, client, model, sampling_args)`` per
 episode, then ``env.rubric.score_group`` over the group (group reward functions included). The
-client is the one that verifiers version speaks (:meth:`LegacyEnvironment.client`); each
-rollout's sampling arguments carry an ``X-Session-ID`` header of its own, so that the bridge
-records every call of the rollout (see :mod:`rollyard_verifiers.recorded`).
+client is the one that verifiers version speaks (:meth:`LegacyEnvironment.client`). Every call
+of a rollout carries the rollout's ``X-Session-ID`` header (its ``trajectory_id``, through
+verifiers' ``extra_headers_from_state`` from 0.1.12; before, an id of our own in the sampling
+arguments' ``extra_headers``), so that the bridge records its calls
+(see :mod:`rollyard_verifiers.recorded`).
 """
 
 from __future__ import annotations
