@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.rollyard-installed
 PACKAGE_FILES := pyproject.toml plugins-codegolf/pyproject.toml plugins-verifiers/pyproject.toml
 
-.PHONY: install demo test test-fast test-sglang bench bench-trl lint docs clean
+.PHONY: install demo test test-fast test-sglang test-verifiers-matrix bench bench-trl lint docs clean
 
 install: $(STAMP)
 
@@ -26,6 +26,12 @@ test-fast: install
 
 test-sglang: install
 	bash tests/sglang/run.sh
+
+# A pre-0.4 verifiers environment in a venv of every supported verifiers release, 0.1.9 to 0.3.1
+# (make test runs the short list: 0.3.1 and 0.2.0); the venvs are cached in
+# ~/.cache/rollyard/test-envs
+test-verifiers-matrix: install
+	ROLLYARD_VF_MATRIX=long $(PY) -m pytest -q tests/verifiers/test_vf_matrix.py
 
 # vs_trl.py (make bench-trl) builds its own venv and runs ~20 minutes; sweep.py needs --config.
 bench: install

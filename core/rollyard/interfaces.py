@@ -17,6 +17,7 @@ from types import SimpleNamespace
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from rollyard.errors import TransportError
+from rollyard.isolation.request import IsolatedEnvironment
 from rollyard.types import GenerateRequest, GenerateResult, Sample, SamplingParams, Task
 
 
@@ -229,6 +230,15 @@ class Rollout(Configurable, ABC):
     def __init__(self, context: RolloutContext) -> None:
         context.options = _typed(type(self), context.options)
         self.context = context
+
+    @classmethod
+    def isolated_environment(cls, options: Any) -> IsolatedEnvironment | None:
+        """The venv these options need (None: as declared by `isolated` and the distribution's
+        requirements). Called in the driver before anything starts; must not import heavy
+        deps. A non-None answer isolates under ``--rollout-env auto``, is refused with its
+        ``reason`` under ``shared``, and builds a venv with its ``requirements`` and the plugin
+        distribution installed ``--no-deps`` (docs/isolation.md)."""
+        return None
 
     @classmethod
     def reward_weights(cls, options: Any) -> dict[str, float]:

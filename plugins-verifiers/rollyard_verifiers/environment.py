@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import inspect
 import os
 import sys
 import sysconfig
@@ -97,6 +98,21 @@ def deep_merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, A
         else:
             merged[key] = value
     return merged
+
+
+def check_async_scoring(task: Any, env_id: str) -> None:
+    """verifiers 0.4 awaits every ``@vf.reward`` and ``@vf.metric`` of a task (a plain ``def``
+    fails at scoring time as "An asyncio.Future, a coroutine or an awaitable is required"):
+    refuse a synchronous one up front, naming it."""
+    from verifiers.v1.utils.decorators import discover_decorated
+
+    for kind in ("reward", "metric"):
+        for fn in discover_decorated(task, kind):
+            if not inspect.iscoroutinefunction(fn):
+                name = f"{type(task).__name__}.{fn.__name__}"
+                raise TypeError(f"{kind} function {name} of verifiers environment {env_id!r} "
+                                f"is synchronous; verifiers 0.4 awaits {kind} functions: "
+                                f"declare it 'async def {fn.__name__}'")
 
 
 def load_environment(config: Mapping[str, Any]) -> Any:

@@ -31,8 +31,14 @@ class VerifiersOptions:
     """Which verifiers environment runs, and how."""
 
     env: str | None = option(None, metavar="ID", aliases=("--vf-env",),
-                             help="verifiers environment: an importable taskset package "
-                                  "(e.g. rollyard_codegolf.verifiers_env)")
+                             help="verifiers environment: a 0.4 taskset package (e.g. "
+                                  "rollyard_codegolf.verifiers_env) or a pre-0.4 environment "
+                                  "with load_environment (e.g. vf-legacy-arith)")
+    version: str | None = option(None, metavar="X",
+                                 help="run the environment on verifiers X, in a venv of its own "
+                                      "(default: a pre-0.4 environment gets the newest release "
+                                      "of its API that meets its own requirement; a 0.4 "
+                                      "taskset runs here)")
     env_config: str | None = option(None, metavar="JSON", check=_json_object_check,
                                     help="JSON merged into the verifiers env config (taskset "
                                          "arguments, harness, runtime, max_turns …)")

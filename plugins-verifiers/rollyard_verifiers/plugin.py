@@ -13,3 +13,11 @@ def register_rollouts(register: Callable[[type], None]) -> None:
     from rollyard_verifiers.rollout import VerifiersRollout
 
     register(VerifiersRollout)
+
+
+@hookimpl
+def register_commands(register: Callable[[type], None]) -> None:
+    """``rollyard verifiers install ENV``."""
+    from rollyard_verifiers.install import VerifiersCommand
+
+    register(VerifiersCommand)

@@ -1,4 +1,5 @@
-"""Turn verifiers traces into rollyard Samples, and keep the environment's metrics.
+"""Turn verifiers traces (0.4) and legacy rollout states into rollyard Samples, and keep the
+environment's metrics.
 
 A verifiers trace is a message graph; each root-to-leaf branch is one token sequence whose
 ``sampled_mask`` marks the model's own tokens. One branch becomes one Sample: the prompt is
@@ -15,6 +16,7 @@ from typing import Any
 from rollyard import Sample, SampleStatus
 
 from rollyard_verifiers.bridge import SessionRecord
+from rollyard_verifiers.recorded import segments
 
 
 def trace_samples(trace: Any, session: SessionRecord, task_id: str,
@@ -55,6 +57,73 @@ def trace_samples(trace: Any, session: SessionRecord, task_id: str,
     return samples
 
 
+#: Errors a legacy rollout records for what the model itself did (an empty reply: the end of
+#: sequence at once). Its tokens were sampled and scored, so the sample trains like any other.
+MODEL_OUTCOMES = frozenset({"EmptyModelResponseError"})
+
+
+def legacy_samples(state: Any, session: SessionRecord, task_id: str,
+                   group_id: str) -> list[Sample]:
+    """One Sample per segment of the calls the bridge recorded for a legacy rollout
+    (:mod:`rollyard_verifiers.recorded`); reward and components from the rubric's scoring."""
+    status, reason = _legacy_status(state, session)
+    usable = status in (SampleStatus.COMPLETED, SampleStatus.TRUNCATED)
+    reward, rewards = _legacy_rewards(state) if usable else (0.0, {})
+    metadata: dict[str, Any] = {
+        "completion": _last_reply(state.get("completion")),
+        "trace_id": state.get("trajectory_id"), "stop_condition": state.get("stop_condition"),
+        "num_turns": len(session.calls),
+    }
+    if reason:
+        metadata["failure"] = reason
+    found = segments(session.calls)
+    if not found:
+        return [Sample(tokens=[], prompt_len=0, loss_mask=[], logprobs=[], reward=reward,
+                       rewards=rewards, status=status if not usable else SampleStatus.FAILED,
+                       task_id=task_id, group_id=group_id,
+                       metadata={**metadata, "failure": reason or "rollout made no model call"})]
+    weight_version = min(session.weight_versions, default=0)
+    return [Sample(tokens=seg.tokens, prompt_len=seg.prompt_len, loss_mask=seg.loss_mask,
+                   logprobs=seg.logprobs, reward=reward, rewards=dict(rewards), status=status,
+                   task_id=task_id, group_id=group_id, weight_version=weight_version,
+                   metadata={**metadata, "branch": i})
+            for i, seg in enumerate(found)]
+
+
+def _legacy_status(state: Any, session: SessionRecord) -> tuple[SampleStatus, str | None]:
+    if session.failed:
+        return SampleStatus.FAILED, session.failed
+    if session.aborted:
+        return SampleStatus.ABORTED, session.aborted
+    error = state.get("error")
+    if error is not None and type(error).__name__ not in MODEL_OUTCOMES:
+        cause = getattr(error, "__cause__", None) or error
+        return SampleStatus.FAILED, f"{type(error).__name__}: {cause}"
+    if state.get("is_truncated"):
+        return SampleStatus.TRUNCATED, None
+    return SampleStatus.COMPLETED, None
+
+
+def _legacy_rewards(state: Any) -> tuple[float, dict[str, float]]:
+    """The rubric's weighted sum and each reward function's value under its own name."""
+    components = {str(k): float(v) for k, v in (state.get("metrics") or {}).items()}
+    total = float(state.get("reward") or 0.0)
+    if not math.isfinite(total) or not all(math.isfinite(v) for v in components.values()):
+        raise ValueError(f"rollout {state.get('trajectory_id')} has a non-finite reward: "
+                         f"{total!r}, {components!r}")
+    return total, components
+
+
+def _last_reply(completion: Any) -> str:
+    """The text of the last assistant message of a legacy completion (or the text itself)."""
+    if isinstance(completion, str):
+        return completion
+    for message in reversed(completion or []):
+        if message["role"] == "assistant":
+            return str(message["content"] or "")
+    return ""
+
+
 def _status(trace: Any, session: SessionRecord) -> tuple[SampleStatus, str | None]:
     if session.failed:
         return SampleStatus.FAILED, session.failed
@@ -88,12 +157,13 @@ class EnvironmentMetrics:
     reward_sum: float = 0.0
     scored: int = 0
 
-    def add(self, trace: Any, samples: list[Sample]) -> None:
+    def add(self, num_turns: int, samples: list[Sample]) -> None:
+        """Count one trace (or legacy rollout) of ``num_turns`` turns and its samples."""
         self.traces += 1
         status = samples[0].status
         self.errors += status in (SampleStatus.FAILED, SampleStatus.ABORTED)
         self.truncated += status == SampleStatus.TRUNCATED
-        self.turns += trace.num_turns
+        self.turns += num_turns
         if samples[0].usable:
             self.reward_sum += samples[0].reward
             self.scored += 1

@@ -12,26 +12,13 @@ from __future__ import annotations
 import importlib.metadata as md
 import json
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from iso_helpers import flat, install_no_deps
 
 CLASH_SOURCE = Path(__file__).parent / "clash-plugin"
-
-
-def install_no_deps(source: Path, target: Path) -> Path:
-    """``pip install --no-deps --target``: the plugin's metadata and entry point only."""
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
-                    "--no-build-isolation", "--target", str(target), str(source)],
-                   check=True, capture_output=True)
-    return target
-
-
-def flat(text: str) -> str:
-    """Console output with rich's line wrapping undone."""
-    return " ".join(text.split())
 
 
 @pytest.fixture(scope="session")

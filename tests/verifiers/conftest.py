@@ -31,3 +31,19 @@ def test_envs(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 def engine_url(embedded_engine: Any) -> str:
     """URL of the session's embedded engine serving the tiny model."""
     return embedded_engine.url
+
+
+@pytest.fixture(scope="session")
+def legacy_env_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The pre-0.4 test environments (``envs/*/pyproject.toml``) installed ``--no-deps`` into
+    one folder for PYTHONPATH, as users install published ones: their own verifiers
+    requirement is then read from their metadata, and their venvs are the matrix's."""
+    import subprocess
+    import sys
+
+    site = tmp_path_factory.mktemp("vf-envs") / "site"
+    uv = Path(sys.executable).with_name("uv")
+    sources = [str(p.parent) for p in sorted(ENVS.glob("*/pyproject.toml"))]
+    subprocess.run([str(uv), "pip", "install", "-q", "--no-deps", "--target", str(site),
+                    *sources], check=True, capture_output=True)
+    return site

@@ -24,6 +24,7 @@ def parse(*argv: str) -> dict:
 @pytest.mark.parametrize("flag", ["--verifiers-env", "--vf-env"])
 def test_the_environment_is_named_by_either_flag(flag: str) -> None:
     options = parse(flag, "rollyard_codegolf.verifiers_env", "--verifiers-max-turns", "2")
-    assert options == {"env": "rollyard_codegolf.verifiers_env", "env_config": None,
+    assert options == {"env": "rollyard_codegolf.verifiers_env", "version": None,
+                       "env_config": None,
                        "eval_config": None, "max_turns": 2, "max_tasks": None,
                        "concurrency": 32}

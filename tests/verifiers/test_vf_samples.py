@@ -84,7 +84,7 @@ def test_metrics_are_means_over_traces() -> None:
     metrics = EnvironmentMetrics()
     for fields in ({}, {"is_truncated": True, "reward": 0.2}, {"ok": False, "num_turns": 1}):
         t = trace([MULTI_TURN], **fields)
-        metrics.add(t, trace_samples(t, SessionRecord(), "t", "g"))
+        metrics.add(t.num_turns, trace_samples(t, SessionRecord(), "t", "g"))
     assert metrics.summary() == pytest.approx({
         "verifiers/reward_mean": 0.7, "verifiers/error_rate": 1 / 3,
         "verifiers/truncated_rate": 1 / 3, "verifiers/num_turns_mean": 5 / 3})

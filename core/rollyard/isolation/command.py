@@ -45,6 +45,6 @@ class EnvCommand(Command):
             print(f"no isolated environments in {envs_dir()}")
         for env in [] if args.json else envs:
             wanted = ", ".join(env["requirements"]) or "-"
-            print(f"{env['distribution']}  {env['path']}  (requires: {wanted}; built in "
+            print(f"{env['label']}  {env['path']}  (requires: {wanted}; built in "
                   f"{env['build_seconds']} s)")
         return 0

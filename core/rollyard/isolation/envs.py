@@ -1,7 +1,9 @@
 """Build, cache and list the venvs of isolated rollout plugins.
 
 A plugin's venv holds the light core with its worker extra (from the core's own source), Ray at
-the driver's version, and the plugin distribution with its declared requirements. It lives in
+the driver's version, and the plugin distribution with its declared requirements (or, when the
+rollout asks for a venv of its own for a run's options, ``Rollout.isolated_environment``, the
+requirements it names and the distribution without its own). It lives in
 ``$ROLLYARD_ENVS_DIR`` (default ``~/.cache/rollyard/envs``) under a hash of what went into it,
 so it is built once and reused until the requirements change. uv reads its own settings from
 the environment: ``UV_INDEX``, ``UV_FIND_LINKS``, ``UV_OFFLINE``, ``UV_CACHE_DIR``.
@@ -24,6 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from rollyard.errors import ConfigError
+from rollyard.isolation.request import IsolatedEnvironment
 from rollyard.isolation.requirements import (
     CORE_DISTRIBUTION,
     declared_requirements,
@@ -46,41 +49,60 @@ def envs_dir() -> Path:
 
 @dataclass(frozen=True)
 class EnvSpec:
-    """What goes into one plugin distribution's venv; its hash names the venv."""
+    """What goes into one venv; its hash names the venv."""
 
     distribution: str
-    requirements: tuple[str, ...]  # the distribution's declared requirements
+    requirements: tuple[str, ...]  # the distribution's declared requirements, or the request's
     core: tuple[str, ...]  # the light core's version and requirements with its worker extra
-    sources: tuple[str, ...]  # uv install arguments: the core, Ray, the plugin
+    sources: tuple[str, ...]  # uv install arguments: the core, Ray, the plugin or the request's
     python: str  # the interpreter the venv is made from (the driver's)
+    label: str = ""  # a rollout's request (IsolatedEnvironment.label): names the venv
+    no_deps: tuple[str, ...] = ()  # uv arguments installing the plugin without its requirements
 
     @property
     def key(self) -> str:
-        return hashlib.sha256(json.dumps(asdict(self)).encode()).hexdigest()[:16]
+        data = asdict(self)
+        for name in ("label", "no_deps"):  # unset, they leave earlier venvs' names as they were
+            if not data[name]:
+                del data[name]
+        return hashlib.sha256(json.dumps(data).encode()).hexdigest()[:16]
+
+    @property
+    def name(self) -> str:
+        """What messages call it: the request's label, else the distribution."""
+        return self.label or self.distribution
 
     @property
     def path(self) -> Path:
-        return envs_dir() / f"{self.distribution}-{self.key}"
+        return envs_dir() / f"{self.name}-{self.key}"
 
     @property
     def python_path(self) -> Path:
         return self.path / "bin" / "python"
 
 
-def env_spec(distribution: str) -> EnvSpec:
-    """The venv spec of an installed plugin distribution (the core's own plugins included)."""
+def env_spec(distribution: str, request: IsolatedEnvironment | None = None) -> EnvSpec:
+    """The venv spec of an installed plugin distribution (the core's own plugins included):
+    with its declared requirements, or, for a rollout's ``request``, with the request's
+    requirements and the distribution installed without its own."""
     try:
         requirements = tuple(str(r) for r in declared_requirements(distribution))
     except md.PackageNotFoundError:
-        raise ConfigError(f"{distribution!r} is not an installed distribution, so it has no "
-                          "declared requirements to build an isolated environment from") from None
+        if request is None:
+            raise ConfigError(f"{distribution!r} is not an installed distribution, so it has "
+                              "no declared requirements to build an isolated environment "
+                              "from") from None
+        requirements = ()
     sources = [*install_source(CORE_DISTRIBUTION, extras="worker"),
                f"ray=={md.version('ray')}"]
-    if distribution != CORE_DISTRIBUTION:
-        sources += install_source(distribution)
+    plugin = install_source(distribution) if distribution != CORE_DISTRIBUTION else []
     core = (md.version(CORE_DISTRIBUTION),
             *(str(r) for r in declared_requirements(CORE_DISTRIBUTION, extras=("worker",))))
-    return EnvSpec(distribution, requirements, core, tuple(sources), sys.executable)
+    if request is None:
+        return EnvSpec(distribution, requirements, core, (*sources, *plugin), sys.executable)
+    return EnvSpec(distribution, request.requirements, core,
+                   (*sources, *request.requirements), sys.executable, label=request.label,
+                   no_deps=(*plugin, *request.no_deps))
 
 
 def _uv() -> str:
@@ -123,16 +145,17 @@ def _clean_env() -> dict[str, str]:
 
 def ensure_env(spec: EnvSpec, notice: Callable[[str], None]) -> Path:
     """The venv of ``spec``, built unless a usable one is cached; a broken one is rebuilt
-    (``notice`` tells the user why the build happens)."""
+    (``notice`` tells the user why the build happens, or that the cached one is used)."""
     with _locked(spec.path.with_name(spec.path.name + ".lock")):
         if is_usable(spec):
+            notice(f"using the cached isolated environment {spec.path} of {spec.name!r}")
             return spec.path
         if spec.path.exists():
-            notice(f"the isolated environment {spec.path} of {spec.distribution!r} is "
+            notice(f"the isolated environment {spec.path} of {spec.name!r} is "
                    "incomplete or broken; rebuilding it")
             shutil.rmtree(spec.path)
         else:
-            notice(f"building the isolated environment of {spec.distribution!r} in "
+            notice(f"building the isolated environment of {spec.name!r} in "
                    f"{spec.path} (once)")
         started = time.perf_counter()
         try:
@@ -148,14 +171,18 @@ def ensure_env(spec: EnvSpec, notice: Callable[[str], None]) -> Path:
 
 def _build(spec: EnvSpec) -> None:
     uv = _uv()
+    python = str(spec.python_path)
     steps = [[uv, "venv", "-q", "--python", spec.python, str(spec.path)],
-             [uv, "pip", "install", "-q", "--python", str(spec.python_path), *spec.sources]]
+             [uv, "pip", "install", "-q", "--python", python, *spec.sources]]
+    if spec.no_deps:
+        steps.append([uv, "pip", "install", "-q", "--no-deps", "--python", python,
+                      *spec.no_deps])
     for command in steps:
         done = subprocess.run(command, capture_output=True, text=True, env=_clean_env())
         if done.returncode != 0:
             wanted = ", ".join(spec.requirements) or "no requirements of its own"
             raise EnvBuildError(
-                f"cannot build the isolated environment of {spec.distribution!r} (it "
+                f"cannot build the isolated environment of {spec.name!r} (it "
                 f"requires {wanted}): uv failed:\n{done.stderr.strip()[-2000:]}")
 
 
@@ -169,7 +196,8 @@ def built_envs() -> list[dict[str, object]]:
                               for k, v in marker["spec"].items()})
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        found.append({"path": str(marker_path.parent), "distribution": spec.distribution,
+        found.append({"path": str(marker_path.parent), "label": spec.name,
+                      "distribution": spec.distribution,
                       "requirements": list(spec.requirements),
                       "build_seconds": marker.get("build_seconds")})
     return found

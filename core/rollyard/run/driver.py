@@ -119,8 +119,9 @@ class PluginSelection:
 
         others = [("transport", self.config.transport)] + [("reward", name)
                                                            for name in self.rewards]
-        self.worker_python = rollout_python(self.manager, self.config.rollout_plugin,
-                                            self.config.rollout_env, others, _notice)
+        name = self.config.rollout_plugin
+        self.worker_python = rollout_python(self.manager, name, self.config.rollout_env,
+                                            others, _notice, self.options("rollout", name))
 
     def preflight(self, config: RunConfig, model_dir: Path) -> TaskCounts:
         """Build the rollout and count the tasks of the splits the run uses, where its workers

@@ -22,7 +22,8 @@ def evaluate_model(config: RunConfig, manager: PluginManager) -> dict[str, float
     from rollyard.run.rollout_workers import RolloutWorker
 
     selection = PluginSelection(config, manager)
-    check_in_process(manager, config.rollout_plugin, config.rollout_env, "rollyard eval")
+    check_in_process(manager, config.rollout_plugin, config.rollout_env, "rollyard eval",
+                     selection.options("rollout", config.rollout_plugin))
     config = selection.selected_config()
     model_dir = (Path(config.model) if config.model
                  else default_model_dir(Path(config.runs_dir), config.seed))

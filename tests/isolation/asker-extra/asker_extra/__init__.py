@@ -1,0 +1,1 @@
+MARK = "asker-extra"

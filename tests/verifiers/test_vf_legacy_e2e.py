@@ -1,0 +1,85 @@
+"""Pre-0.4 verifiers environments trained end to end in one command: ``rollyard train
+--rollout-plugin verifiers --vf-env ID`` isolates them (``--rollout-env auto``) in a venv of the
+verifiers their API needs, built through ``Rollout.isolated_environment`` (cached in
+``isolated_envs_dir``, shared with test_vf_legacy.py), two steps each. The single-turn 0.3.1
+test environment trains no separate run (the suite's time budget): the code-golf environment
+below is one of the same kind, and test_vf_legacy.py drives it in detail."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from test_vf_e2e import GROUP_SIZE, GROUPS, train
+
+pytestmark = pytest.mark.slow
+
+
+def train_legacy(rollyard_cli, tmp_path: Path, model_dir: Path, envs_dir: Path, site: Path,
+                 env_id: str, *extra: str) -> tuple[list[dict], list[dict], str]:
+    """``train`` with the test environments installed in ``site`` (on PYTHONPATH)."""
+    return train(rollyard_cli, tmp_path, model_dir, env_id, 2, *extra,
+                 env={"ROLLYARD_ENVS_DIR": str(envs_dir), "PYTHONPATH": str(site)})
+
+
+def check(samples: list[dict], metrics: list[dict], reward_keys: set[str], stderr: str,
+          label: str) -> None:
+    placed = " ".join(stderr.split())
+    assert "rollout workers of 'verifiers' run on " in placed and label in placed, placed
+    for step in (1, 2):
+        batch = [s for s in samples if s["step"] == step]
+        assert len(batch) >= GROUPS * GROUP_SIZE  # a segment each, more where one split
+        assert len({s["group_id"] for s in batch}) == GROUPS
+    for s in samples:
+        assert s["status"] in ("completed", "truncated"), s["metadata"]
+        response = len(s["tokens"]) - s["prompt_len"]
+        assert response > 0 and len(s["logprobs"]) == len(s["loss_mask"]) == response
+        assert s["loss_mask"][0] == 1
+        assert all(math.isfinite(lp) and lp <= 0 for lp in s["logprobs"])
+        assert reward_keys <= set(s["rewards"])
+    assert {s["weight_version"] for s in samples if s["step"] == 2} == {1}
+    assert [m["weight_version"] for m in metrics] == [1, 2]
+    for m in metrics:
+        assert m["env/verifiers/error_rate"] == 0.0
+        assert math.isfinite(m["train/loss"])
+
+
+def test_train_a_031_multi_turn_tool_environment(rollyard_cli, tmp_path, tiny_model_dir,
+                                                 isolated_envs_dir, legacy_env_site) -> None:
+    samples, metrics, stderr = train_legacy(rollyard_cli, tmp_path, tiny_model_dir,
+                                            isolated_envs_dir, legacy_env_site,
+                                            "rollyard_vf_legacy_tools",
+                                            "--max-new-tokens", "6", "--verifiers-max-turns", "2")
+    check(samples, metrics, {"correct", "used_tool"}, stderr, "verifiers-0.3.1-")
+    assert all(m["env/verifiers/num_turns_mean"] == 2.0 for m in metrics)
+    by_trace: dict[str, list[dict]] = {}
+    for s in samples:
+        by_trace.setdefault(s["metadata"]["trace_id"], []).append(s)
+    for segments in by_trace.values():
+        # one sample holding both turns with the environment's turn masked out, or (a
+        # truncated reply the next prompt re-rendered differently) one sample per turn
+        if len(segments) == 1:
+            assert 0 in segments[0]["loss_mask"] and segments[0]["loss_mask"][-1] == 1
+        else:
+            assert len(segments) == 2 and all(all(s["loss_mask"]) for s in segments)
+
+
+def test_train_a_020_environment(rollyard_cli, tmp_path, tiny_model_dir,
+                                 isolated_envs_dir, legacy_env_site) -> None:
+    """Its own requirement (verifiers==0.2.0) picks the verifiers."""
+    samples, metrics, stderr = train_legacy(rollyard_cli, tmp_path, tiny_model_dir,
+                                            isolated_envs_dir, legacy_env_site,
+                                            "rollyard_vf_v020_arith", "--max-new-tokens", "8")
+    check(samples, metrics, {"exact", "short"}, stderr, "verifiers-0.2.0-")
+
+
+def test_train_codegolf_as_a_load_environment_environment(rollyard_cli, tmp_path,
+                                                          tiny_model_dir,
+                                                          isolated_envs_dir,
+                                                          legacy_env_site) -> None:
+    samples, metrics, stderr = train_legacy(rollyard_cli, tmp_path, tiny_model_dir,
+                                            isolated_envs_dir, legacy_env_site,
+                                            "rollyard_codegolf.verifiers_legacy",
+                                            "--max-new-tokens", "16")
+    check(samples, metrics, {"correct", "concise"}, stderr, "verifiers-0.3.1-")
