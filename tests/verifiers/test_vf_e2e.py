@@ -63,7 +63,8 @@ def test_train_isolated_on_the_shipped_single_turn_environment(
         rollyard_cli, tmp_path, tiny_model_dir, isolated_envs_dir) -> None:
     """verifiers, its dependencies and the bridge in the rollout workers' own venv
     (docs/isolation.md), the harness programs' wheels from the core venv's offline index. (The
-    codegolf taskset test below trains verifiers in the core's own venv.)"""
+    0.4 codegolf taskset in the core's own venv runs through the embedded engine in
+    test_vf_codegolf.py; training it is the same loop.)"""
     index = Path(sys.prefix) / "share" / "rollyard-verifiers" / "simple"
     samples, metrics, stderr = train(
         rollyard_cli, tmp_path, tiny_model_dir, "rollyard_vf_arith", 2, "--max-new-tokens", "8",
@@ -83,17 +84,3 @@ def test_train_isolated_on_the_shipped_single_turn_environment(
         assert m["env/verifiers/num_turns_mean"] == 1.0
         assert math.isfinite(m["env/verifiers/reward_mean"])
         assert math.isfinite(m["train/loss"])
-
-
-def test_train_on_the_codegolf_taskset(rollyard_cli, tmp_path, tiny_model_dir) -> None:
-    """In the core's own venv (--rollout-env auto: the plugin does not ask for isolation)."""
-    samples, metrics, stderr = train(rollyard_cli, tmp_path, tiny_model_dir,
-                                     "rollyard_codegolf.verifiers_env", 2, "--max-new-tokens",
-                                     "16", env_flag="--vf-env")  # the short alias
-    assert "rollout workers of 'verifiers' run on" not in " ".join(stderr.split())
-    check_samples(samples, {"correct", "concise"})
-    assert {s["weight_version"] for s in samples if s["step"] == 2} == {1}
-    assert [m["weight_version"] for m in metrics] == [1, 2]
-    for m in metrics:
-        assert m["env/verifiers/error_rate"] == 0.0
-        assert m["train/num_samples_trained"] == GROUPS * GROUP_SIZE
