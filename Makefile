@@ -19,7 +19,7 @@ demo: install
 	$(VENV)/bin/rollyard train
 
 test: install lint
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q tests -m "not vf_matrix" --durations=25
 
 test-fast: install
 	$(PY) -m pytest -q tests -m "not slow"
@@ -31,7 +31,8 @@ test-sglang: install
 # (make test runs the short list: 0.3.1 and 0.2.0); the venvs are cached in
 # ~/.cache/rollyard/test-envs
 test-verifiers-matrix: install
-	ROLLYARD_VF_MATRIX=long $(PY) -m pytest -q tests/verifiers/test_vf_matrix.py
+	ROLLYARD_VF_MATRIX=long $(PY) -m pytest -q tests/verifiers/test_vf_matrix.py \
+		tests/verifiers/test_vf_legacy_e2e.py tests/verifiers/test_vf_legacy.py
 
 # vs_trl.py (make bench-trl) builds its own venv and runs ~20 minutes; sweep.py needs --config.
 bench: install

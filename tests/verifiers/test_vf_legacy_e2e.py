@@ -74,6 +74,7 @@ def test_train_a_020_environment(rollyard_cli, tmp_path, tiny_model_dir,
     check(samples, metrics, {"exact", "short"}, stderr, "verifiers-0.2.0-")
 
 
+@pytest.mark.vf_matrix  # its driver check runs in make test (test_vf_legacy.py)
 def test_train_codegolf_as_a_load_environment_environment(rollyard_cli, tmp_path,
                                                           tiny_model_dir,
                                                           isolated_envs_dir,

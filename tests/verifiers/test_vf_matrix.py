@@ -5,7 +5,7 @@ index and cached in the ``isolated_envs_dir`` folder, and is checked there: it h
 verifiers selected and the environment.
 
 ``make test`` runs the short list: every environment with the verifiers its own requirement
-selects, and the single-turn one on 0.2.0, checking the venv's metadata (the 2-step training
+selects, checking the venv's metadata (the 2-step training
 tests then run in these venvs). ``make test-verifiers-matrix`` (``ROLLYARD_VF_MATRIX=long``)
 runs the single-turn one on 0.1.x and every release of each supported minor instead, each
 building the environment with ``load_environment()``.
@@ -30,7 +30,7 @@ SINGLE_TURN = "legacy-arith"
 LONG = ["0.1.9", "0.1.10", "0.1.11", "0.1.12", "0.1.14", "0.2.0", "0.2.1", "0.3.0", "0.3.1"]
 LONG_MATRIX = os.environ.get("ROLLYARD_VF_MATRIX") == "long"
 CASES = ([(SINGLE_TURN, v) for v in LONG] if LONG_MATRIX
-         else [(name, None) for name in SOURCES] + [(SINGLE_TURN, "0.2.0")])
+         else [(name, None) for name in SOURCES])
 #: the short list reads the venv's metadata (the training tests then run these venvs); the long
 #: one builds the environment with load_environment() on each release
 CHECK = """\
