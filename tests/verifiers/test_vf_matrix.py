@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
@@ -49,27 +48,17 @@ def distribution_name(source: Path) -> str:
     return tomllib.loads((source / "pyproject.toml").read_text())["project"]["name"]
 
 
-@pytest.fixture(scope="module")
-def env_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The test environments installed --no-deps into one folder (for PYTHONPATH)."""
-    site = tmp_path_factory.mktemp("vf-envs") / "site"
-    uv = Path(sys.executable).with_name("uv")
-    subprocess.run([str(uv), "pip", "install", "-q", "--no-deps", "--target", str(site),
-                    *map(str, SOURCES.values())], check=True, capture_output=True)
-    return site
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(("name", "version"), CASES,
                          ids=[f"{n}-{v or 'selected'}" for n, v in CASES])
 def test_the_environment_builds_in_the_venv_selected_for_it(
-        rollyard_cli, env_site: Path, isolated_envs_dir: Path, tmp_path: Path, name: str,
+        rollyard_cli, legacy_env_site: Path, isolated_envs_dir: Path, tmp_path: Path, name: str,
         version: str | None) -> None:
     assert name in EXPECTED, f"add the verifiers {name} selects to EXPECTED"
     env_id = distribution_name(SOURCES[name])
     wanted = version or EXPECTED[name]
     args = ["verifiers", "install", env_id] + (["--verifiers-version", version] if version else [])
-    built = rollyard_cli(*args, paths=[env_site], timeout=900,
+    built = rollyard_cli(*args, paths=[legacy_env_site], timeout=900,
                          env={"ROLLYARD_ENVS_DIR": str(isolated_envs_dir)})
     assert built.returncode == 0, built.stderr[-3000:]
     venv = Path(built.stdout.splitlines()[-1])
@@ -89,14 +78,15 @@ def test_the_environment_builds_in_the_venv_selected_for_it(
 
 
 @pytest.mark.slow
-def test_a_second_install_is_a_cache_hit(rollyard_cli, env_site: Path,
+def test_a_second_install_is_a_cache_hit(rollyard_cli, legacy_env_site: Path,
                                          isolated_envs_dir: Path) -> None:
     """After the matrix (or on its own: the first call builds)."""
     env_id = distribution_name(SOURCES[SINGLE_TURN])
     env = {"ROLLYARD_ENVS_DIR": str(isolated_envs_dir)}
-    first = rollyard_cli("verifiers", "install", env_id, paths=[env_site], env=env, timeout=900)
+    first = rollyard_cli("verifiers", "install", env_id, paths=[legacy_env_site], env=env,
+                         timeout=900)
     assert first.returncode == 0, first.stderr[-3000:]
-    again = rollyard_cli("verifiers", "install", env_id, paths=[env_site], env=env)
+    again = rollyard_cli("verifiers", "install", env_id, paths=[legacy_env_site], env=env)
     assert again.returncode == 0, again.stderr[-3000:]
     path = again.stdout.splitlines()[-1]
     assert path == first.stdout.splitlines()[-1]
