@@ -20,11 +20,17 @@ from rollyard.isolation.requirements import declared_requirements, install_sourc
 from rollyard_verifiers.index import index_versions
 from rollyard_verifiers.resolve import FoundEnvironment, Generation, find_environment
 
-#: what a venv of the pre-0.4 API holds besides verifiers and the environment: renderers
-#: below the pre-release that breaks 0.2.x-0.3.x (/work/shared/notes/verifiers.md), the
-#: bridge's aiohttp, and uv for verifiers' harness programs
-LEGACY_REQUIREMENTS = ("renderers>=0.1.8,<0.1.11", "aiohttp>=3.9", "uv")
-TASKSET_REQUIREMENTS = ("aiohttp>=3.9", "uv")
+PLUGIN_DISTRIBUTION = "rollyard-verifiers"
+#: what a venv of the pre-0.4 API holds besides the plugin's own requirements: renderers below
+#: the pre-release that breaks 0.2.x-0.3.x (/work/shared/notes/verifiers.md)
+LEGACY_REQUIREMENTS = ("renderers>=0.1.8,<0.1.11",)
+
+
+def plugin_requirements() -> tuple[str, ...]:
+    """The plugin's declared requirements but verifiers (it is installed --no-deps, with the
+    verifiers chosen here): the bridge's aiohttp, uv for verifiers' harness programs …"""
+    return tuple(str(r) for r in declared_requirements(PLUGIN_DISTRIBUTION)
+                 if canonicalize_name(r.name) != "verifiers")
 
 
 def environment_request(env_id: str, version: str | None = None) -> IsolatedEnvironment | None:
@@ -36,8 +42,8 @@ def environment_request(env_id: str, version: str | None = None) -> IsolatedEnvi
     if found.generation is Generation.TASKSET and version in (None, _version()):
         return None
     pin = verifiers_spec(found, version, index_versions("verifiers"))
-    extra = (LEGACY_REQUIREMENTS if found.generation is Generation.LEGACY
-             else TASKSET_REQUIREMENTS)
+    extra = (*(LEGACY_REQUIREMENTS if found.generation is Generation.LEGACY else ()),
+             *plugin_requirements())
     own, source = _environment_packages(found)
     requirements = (*own, f"verifiers{pin}", *extra)
     shown = pin.removeprefix("==")

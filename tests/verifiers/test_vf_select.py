@@ -80,7 +80,7 @@ def test_a_legacy_environment_gets_the_newest_release_of_its_api_meeting_its_req
     write_environment(site, "vf_probe", requires)
     asked = request("owner/vf-probe")  # ids as verifiers forms them: - to _, after the last /
     assert asked.label == f"verifiers-{chosen}-vf_probe"
-    wanted = [f"verifiers=={chosen}", "renderers>=0.1.8,<0.1.11", "aiohttp>=3.9", "uv"]
+    wanted = [f"verifiers=={chosen}", "renderers>=0.1.8,<0.1.11", "uv", "aiohttp>=3.9"]
     if requires is None:
         assert list(asked.requirements) == wanted
     else:  # its other requirements; the distribution itself --no-deps (its pin loses)
@@ -141,7 +141,7 @@ def test_a_taskset_runs_where_the_plugin_is_unless_a_version_is_asked(
     assert request("rollyard_vf_arith") is None
     assert request("rollyard_vf_arith", verifiers.__version__) is None
     asked = request("rollyard_vf_arith", "0.4.1")
-    assert list(asked.requirements) == ["verifiers==0.4.1", "aiohttp>=3.9", "uv"]
+    assert list(asked.requirements) == ["verifiers==0.4.1", "uv", "aiohttp>=3.9"]
     with pytest.raises(ConfigError, match=r"only verifiers>=0\.4 has"):
         request("rollyard_vf_arith", "0.3.1")
 
