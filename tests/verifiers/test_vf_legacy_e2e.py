@@ -1,9 +1,9 @@
 """Pre-0.4 verifiers environments trained end to end in one command: ``rollyard train
 --rollout-plugin verifiers --vf-env ID`` isolates them (``--rollout-env auto``) in a venv of the
 verifiers their API needs, built through ``Rollout.isolated_environment`` (cached in
-``isolated_envs_dir``, shared with test_vf_legacy.py), two steps each. The single-turn 0.3.1
-test environment trains no separate run (the suite's time budget): the code-golf environment
-below is one of the same kind, and test_vf_legacy.py drives it in detail."""
+``isolated_envs_dir``, shared with test_vf_legacy.py), two steps each: the matrix of the issue
+(single-turn and multi-turn tool on 0.3.1, single-turn on 0.2.0, code-golf published as a
+``load_environment`` environment). test_vf_legacy.py drives them in detail."""
 
 from __future__ import annotations
 
@@ -45,6 +45,15 @@ def check(samples: list[dict], metrics: list[dict], reward_keys: set[str], stder
         assert math.isfinite(m["train/loss"])
 
 
+def test_train_a_031_single_turn_environment(rollyard_cli, tmp_path, tiny_model_dir,
+                                            isolated_envs_dir, legacy_env_site) -> None:
+    samples, metrics, stderr = train_legacy(rollyard_cli, tmp_path, tiny_model_dir,
+                                            isolated_envs_dir, legacy_env_site,
+                                            "rollyard_vf_legacy_arith", "--max-new-tokens", "6")
+    check(samples, metrics, {"correct", "brief"}, stderr, "verifiers-0.3.1-")
+    assert all(all(s["loss_mask"]) for s in samples)  # one turn: every response token trains
+
+
 def test_train_a_031_multi_turn_tool_environment(rollyard_cli, tmp_path, tiny_model_dir,
                                                  isolated_envs_dir, legacy_env_site) -> None:
     samples, metrics, stderr = train_legacy(rollyard_cli, tmp_path, tiny_model_dir,
@@ -58,11 +67,12 @@ def test_train_a_031_multi_turn_tool_environment(rollyard_cli, tmp_path, tiny_mo
         by_trace.setdefault(s["metadata"]["trace_id"], []).append(s)
     for segments in by_trace.values():
         # one sample holding both turns with the environment's turn masked out, or (a
-        # truncated reply the next prompt re-rendered differently) one sample per turn
+        # truncated reply the next prompt re-rendered differently) a sample per segment;
+        # either way each sample begins and ends with model tokens
+        assert len(segments) in (1, 2), [s["loss_mask"] for s in segments]
+        assert all(s["loss_mask"][0] == s["loss_mask"][-1] == 1 for s in segments)
         if len(segments) == 1:
-            assert 0 in segments[0]["loss_mask"] and segments[0]["loss_mask"][-1] == 1
-        else:
-            assert len(segments) == 2 and all(all(s["loss_mask"]) for s in segments)
+            assert 0 in segments[0]["loss_mask"]
 
 
 def test_train_a_020_environment(rollyard_cli, tmp_path, tiny_model_dir,
@@ -74,7 +84,6 @@ def test_train_a_020_environment(rollyard_cli, tmp_path, tiny_model_dir,
     check(samples, metrics, {"exact", "short"}, stderr, "verifiers-0.2.0-")
 
 
-@pytest.mark.vf_matrix  # its driver check runs in make test (test_vf_legacy.py)
 def test_train_codegolf_as_a_load_environment_environment(rollyard_cli, tmp_path,
                                                           tiny_model_dir,
                                                           isolated_envs_dir,
