@@ -14,7 +14,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-GROUPS, GROUP_SIZE = 3, 4
+GROUPS, GROUP_SIZE = 2, 3
 
 
 def train(rollyard_cli, tmp_path: Path, model_dir: Path, env_id: str, steps: int,
