@@ -56,8 +56,9 @@ def test_tensor_parallel_that_does_not_divide_heads_fails_before_training(tmp_pa
                       "--runs-dir", str(tmp_path / "runs"), "--name", "bad", "--no-progress",
                       cwd=tmp_path, timeout=600)
     assert result.returncode == 1
-    assert "tp" in result.stderr.lower() and "head" in result.stderr.lower()
-    assert not (tmp_path / "runs" / "bad" / "weights").exists()
+    assert "tensor parallel size 3 does not divide num_attention_heads" in result.stderr
+    assert "Ray" not in result.stderr  # refused before Ray started
+    assert not (tmp_path / "runs" / "bad").exists()
 
 
 @pytest.mark.slow
@@ -67,11 +68,26 @@ def test_data_parallel_that_does_not_divide_the_batch_fails_before_training(tmp_
                       "--name", "bad-dp", "--no-progress", cwd=tmp_path, timeout=600)
     assert result.returncode == 1
     [line] = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert "data parallel size 3 does not divide the batch of 8" in line
+    assert line == ("error: data parallel size 3 does not divide the batch of 8 samples per "
+                    "step; choose a --train-dp that divides it")
+    assert "Traceback" not in result.stderr and "Ray" not in result.stderr  # before Ray
+    assert not (tmp_path / "runs" / "bad-dp").exists()  # nothing that looks like a run
+
+
+@pytest.mark.slow
+def test_a_layout_larger_than_the_cluster_fails_after_ray_and_keeps_no_run_folder(tmp_path):
+    """Checked once the cluster runs (its CPUs are known only then): the run folder made for
+    it is removed, and the error line says so."""
+    result = rollyard("train", "--train-dp", "3", "--num-cpus", "2", "--groups-per-step", "3",
+                      "--group-size", "4", "--steps", "1", "--runs-dir", str(tmp_path / "runs"),
+                      "--name", "too-big", "--no-progress", cwd=tmp_path, timeout=600)
+    assert result.returncode == 1
+    [line] = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert "train group needs 3 ranks (tp=1 x dp=3) but the Ray cluster has only 2 CPUs" in line
     assert line.endswith("(the run failed before its first step, so no run folder is "
                          "kept; --debug prints the traceback)")
     assert "Traceback" not in result.stderr
-    assert not (tmp_path / "runs" / "bad-dp").exists()  # nothing that looks like a run
+    assert not (tmp_path / "runs" / "too-big").exists()
 
 
 @pytest.mark.slow

@@ -213,9 +213,7 @@ def run_training(config: RunConfig, manager: PluginManager,
                           "model folder is expected; build one with `rollyard init-model DIR`)")
     if checkpoint is not None:
         check_checkpoint_model(checkpoint, model_dir)
-    counts = selection.preflight(config, model_dir)
-
-    from rollyard.training import TrainConfig, TrainGroup
+    from rollyard.training import TrainConfig, TrainGroup, check_layout
 
     train_config = TrainConfig(
         algorithm=config.algorithm,
@@ -226,6 +224,10 @@ def run_training(config: RunConfig, manager: PluginManager,
         temperature=config.temperature,
         filter_zero_variance=not config.keep_zero_variance_groups, seed=config.seed,
         global_batch_size=config.groups_per_step * config.group_size)
+    # a layout that cannot train (tp not dividing the heads, dp not dividing the batch) fails
+    # here, before the preflight and Ray; the Ray cluster's CPUs are checked once it runs
+    check_layout(str(model_dir), train_config, config.train_tp, config.train_dp)
+    counts = selection.preflight(config, model_dir)
     stop = StopSignals().__enter__()  # from here a signal stops the run in order
     try:
         started_ray = start_ray(config.ray_address, config.num_cpus)
