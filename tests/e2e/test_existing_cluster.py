@@ -60,11 +60,14 @@ def test_run_joins_an_existing_cluster(tmp_path):
 
 
 def _stop_group(process: subprocess.Popen) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+    """Stop the hand-started cluster: its whole process group (``ray start`` started it in a
+    session of its own). A graceful stop of a Ray head takes ~30 s, and nothing of it is under
+    test, so the group gets a few seconds before SIGKILL."""
+    for sig, grace in ((signal.SIGTERM, 3), (signal.SIGKILL, 60)):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, sig)
         try:
-            process.wait(timeout=60)
+            process.wait(timeout=grace)
             return
         except subprocess.TimeoutExpired:
             continue
