@@ -8,6 +8,7 @@ verifiers their API needs, built through ``Rollout.isolated_environment`` (cache
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,11 +17,19 @@ from test_vf_e2e import GROUP_SIZE, GROUPS, train
 pytestmark = pytest.mark.slow
 
 
-def train_legacy(rollyard_cli, tmp_path: Path, model_dir: Path, envs_dir: Path, site: Path,
-                 env_id: str, *extra: str) -> tuple[list[dict], list[dict], str]:
-    """``train`` with the test environments installed in ``site`` (on PYTHONPATH)."""
-    return train(rollyard_cli, tmp_path, model_dir, env_id, 2, *extra,
-                 env={"ROLLYARD_ENVS_DIR": str(envs_dir), "PYTHONPATH": str(site)})
+Run = Callable[..., tuple[list[dict], list[dict], str]]
+
+
+@pytest.fixture
+def train_legacy(rollyard_cli, tmp_path: Path, tiny_model_dir: Path, isolated_envs_dir: Path,
+                 legacy_env_site: Path) -> Run:
+    """``train_legacy(env_id, *flags)``: two steps of ``train`` with the test environments
+    installed in ``legacy_env_site`` (on PYTHONPATH)."""
+    def run(env_id: str, *extra: str) -> tuple[list[dict], list[dict], str]:
+        return train(rollyard_cli, tmp_path, tiny_model_dir, env_id, 2, *extra,
+                     env={"ROLLYARD_ENVS_DIR": str(isolated_envs_dir),
+                          "PYTHONPATH": str(legacy_env_site)})
+    return run
 
 
 def check(samples: list[dict], metrics: list[dict], reward_keys: set[str], stderr: str,
@@ -45,20 +54,14 @@ def check(samples: list[dict], metrics: list[dict], reward_keys: set[str], stder
         assert math.isfinite(m["train/loss"])
 
 
-def test_train_a_031_single_turn_environment(rollyard_cli, tmp_path, tiny_model_dir,
-                                            isolated_envs_dir, legacy_env_site) -> None:
-    samples, metrics, stderr = train_legacy(rollyard_cli, tmp_path, tiny_model_dir,
-                                            isolated_envs_dir, legacy_env_site,
-                                            "rollyard_vf_legacy_arith", "--max-new-tokens", "6")
+def test_train_a_031_single_turn_environment(train_legacy: Run) -> None:
+    samples, metrics, stderr = train_legacy("rollyard_vf_legacy_arith", "--max-new-tokens", "6")
     check(samples, metrics, {"correct", "brief"}, stderr, "verifiers-0.3.1-")
     assert all(all(s["loss_mask"]) for s in samples)  # one turn: every response token trains
 
 
-def test_train_a_031_multi_turn_tool_environment(rollyard_cli, tmp_path, tiny_model_dir,
-                                                 isolated_envs_dir, legacy_env_site) -> None:
-    samples, metrics, stderr = train_legacy(rollyard_cli, tmp_path, tiny_model_dir,
-                                            isolated_envs_dir, legacy_env_site,
-                                            "rollyard_vf_legacy_tools",
+def test_train_a_031_multi_turn_tool_environment(train_legacy: Run) -> None:
+    samples, metrics, stderr = train_legacy("rollyard_vf_legacy_tools",
                                             "--max-new-tokens", "6", "--verifiers-max-turns", "2")
     check(samples, metrics, {"correct", "used_tool"}, stderr, "verifiers-0.3.1-")
     assert all(m["env/verifiers/num_turns_mean"] == 2.0 for m in metrics)
@@ -75,21 +78,13 @@ def test_train_a_031_multi_turn_tool_environment(rollyard_cli, tmp_path, tiny_mo
             assert 0 in segments[0]["loss_mask"]
 
 
-def test_train_a_020_environment(rollyard_cli, tmp_path, tiny_model_dir,
-                                 isolated_envs_dir, legacy_env_site) -> None:
+def test_train_a_020_environment(train_legacy: Run) -> None:
     """Its own requirement (verifiers==0.2.0) picks the verifiers."""
-    samples, metrics, stderr = train_legacy(rollyard_cli, tmp_path, tiny_model_dir,
-                                            isolated_envs_dir, legacy_env_site,
-                                            "rollyard_vf_v020_arith", "--max-new-tokens", "8")
+    samples, metrics, stderr = train_legacy("rollyard_vf_v020_arith", "--max-new-tokens", "8")
     check(samples, metrics, {"exact", "short"}, stderr, "verifiers-0.2.0-")
 
 
-def test_train_codegolf_as_a_load_environment_environment(rollyard_cli, tmp_path,
-                                                          tiny_model_dir,
-                                                          isolated_envs_dir,
-                                                          legacy_env_site) -> None:
-    samples, metrics, stderr = train_legacy(rollyard_cli, tmp_path, tiny_model_dir,
-                                            isolated_envs_dir, legacy_env_site,
-                                            "rollyard_codegolf.verifiers_legacy",
+def test_train_codegolf_as_a_load_environment_environment(train_legacy: Run) -> None:
+    samples, metrics, stderr = train_legacy("rollyard_codegolf.verifiers_legacy",
                                             "--max-new-tokens", "16")
     check(samples, metrics, {"correct", "concise"}, stderr, "verifiers-0.3.1-")
