@@ -60,15 +60,18 @@ def test_an_offline_build_uses_uvs_cache_and_a_local_folder_of_wheels(
 
     wheels = tmp_path / "wheels"
     write_probe_wheel(wheels)
-    monkeypatch.setenv("ROLLYARD_ENVS_DIR", str(tmp_path / "envs"))
     monkeypatch.setenv("UV_FIND_LINKS", str(wheels))
-    # Ray and the core's requirements come from uv's cache (the suite's other venvs filled
-    # it), the probe from the folder: a build that reached the network would fail here
-    monkeypatch.setenv("UV_OFFLINE", "1")
     spec = env_spec("rollyard", IsolatedEnvironment(
         "offline", ("rollyard-offline-probe==1.0",), "a test of offline builds"))
+    # one build online fills uv's cache with exactly this resolution (the machine's cache may
+    # list newer releases it never downloaded); the offline build then starts from nothing
+    monkeypatch.setenv("ROLLYARD_ENVS_DIR", str(tmp_path / "online"))
+    ensure_env(spec, lambda notice: None)
+    monkeypatch.setenv("ROLLYARD_ENVS_DIR", str(tmp_path / "envs"))
+    monkeypatch.setenv("UV_OFFLINE", "1")
     notices: list[str] = []
     path = ensure_env(spec, notices.append)
+    assert str(path).startswith(str(tmp_path / "envs"))
     assert notices == [f"building the isolated environment of 'offline' in {path} (once)"]
     probe = subprocess.run([str(path / "bin" / "python"), "-c",
                             f"import {PROBE}, rollyard, ray; print({PROBE}.MARK)"],
