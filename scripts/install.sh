@@ -15,10 +15,15 @@ fi
 
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 PIP="$VENV/bin/python -m pip"
-$PIP install -q --upgrade pip
+$PIP install -q --upgrade pip uv
+# uv installs the packages (seconds, where pip takes minutes); it reads no pip configuration, so
+# the machine's pip settings (find-links, extra indexes, constraints, certificate) are passed on,
+# and like pip it takes the best match over every index
+eval "$("$VENV/bin/python" scripts/pip_settings_for_uv.py)"
+export UV_INDEX_STRATEGY=unsafe-best-match
 # torch 2.13.0 is the local CPU build for Python 3.11; any other request pulls a CUDA build.
-$PIP install -q "torch==2.13.0"
-$PIP install -q -e ".[train,test]" -e "plugins-codegolf[verifiers]" -e "plugins-verifiers"
+"$VENV/bin/uv" pip install -q --python "$VENV/bin/python" "torch==2.13.0" \
+    -e ".[train,test]" -e "plugins-codegolf[verifiers]" -e "plugins-verifiers"
 for hook in scripts/install.d/*.sh; do
     [ -e "$hook" ] && VENV="$VENV" bash "$hook"
 done
