@@ -230,6 +230,7 @@ CASES_031 = [
      "options": {"env_config": json.dumps({"fail": "no dataset today\nsecond line"})}},
     {"env": "rollyard_codegolf.verifiers_legacy", "max_new_tokens": 48,
      "replies": ["```python\nprint(sum(map(int,input().split())))\n```"]},
+    {"env": "rollyard_vf_legacy_tools", "replies": [""]},  # the end of sequence at once
 ]
 
 
@@ -287,6 +288,19 @@ def test_031_multi_turn_tool_environment_masks_its_own_tokens(results_031) -> No
         "correct": 1.0, "used_tool": 1.0}
     assert sample["reward"] == pytest.approx(1.5)
     assert sample["metadata"]["num_turns"] == 2
+
+
+@pytest.mark.slow
+def test_031_an_empty_first_reply_ends_the_rollout_and_trains(results_031) -> None:
+    """verifiers stops a rollout whose reply is empty (its EmptyModelResponseError) after one
+    model call; the reply was sampled, so it is a completed one-turn sample."""
+    [sample] = results_031[4]["samples"]
+    [call] = results_031[4]["calls"]
+    assert sample["status"] == "completed" and sample["response_text"] == "<|im_end|>"
+    assert sample["tokens"] == call["prompt_ids"] + call["output_ids"]
+    assert sample["loss_mask"] == [1]
+    assert sample["metadata"]["num_turns"] == 1
+    assert sample["metadata"]["stop_condition"] == "has_error"
 
 
 @pytest.mark.slow
