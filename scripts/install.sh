@@ -22,7 +22,7 @@ $PIP install -q --upgrade pip uv
 eval "$("$VENV/bin/python" scripts/pip_settings_for_uv.py)"
 export UV_INDEX_STRATEGY=unsafe-best-match
 # torch 2.13.0 is the local CPU build for Python 3.11; any other request pulls a CUDA build.
-"$VENV/bin/uv" pip install -q --python "$VENV/bin/python" "torch==2.13.0" \
+"$VENV/bin/uv" pip install -q --compile-bytecode --python "$VENV/bin/python" "torch==2.13.0" \
     -e ".[train,test]" -e "plugins-codegolf[verifiers]" -e "plugins-verifiers"
 for hook in scripts/install.d/*.sh; do
     [ -e "$hook" ] && VENV="$VENV" bash "$hook"

@@ -46,6 +46,10 @@ ENVS_DIR_VARIABLE = "ROLLYARD_ENVS_DIR"
 MARKER = "rollyard-env.json"
 SHARED_LAYERS = "shared"
 LINK_FILE = "_rollyard_shared_layer.pth"
+#: How layers are built, in every key: a change renames (so rebuilds) the layers built before.
+#: 2: the shared layer's modules are compiled at install time (where PYTHONDONTWRITEBYTECODE is
+#: set, Python never writes them, and every worker start compiled each module again).
+LAYOUT = 2
 
 
 class EnvBuildError(ConfigError):
@@ -102,10 +106,7 @@ class EnvSpec:
 
 
 def _digest(data: dict[str, object]) -> str:
-    for name in ("label", "no_deps", "local"):  # unset, they leave the hash as it was without them
-        if not data.get(name, True):
-            del data[name]
-    return hashlib.sha256(json.dumps(data).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps({"layout": LAYOUT, **data}).encode()).hexdigest()[:16]
 
 
 def env_spec(distribution: str, request: IsolatedEnvironment | None = None) -> EnvSpec:
@@ -240,7 +241,7 @@ def _build_marked(path: Path, spec: EnvSpec, key: str,
 def _build_shared(spec: EnvSpec) -> None:
     python = str(spec.shared_path / "bin" / "python")
     _run_uv(spec, ["venv", "-q", "--python", spec.python, str(spec.shared_path)],
-            ["pip", "install", "-q", "--python", python, *spec.sources])
+            ["pip", "install", "-q", "--compile-bytecode", "--python", python, *spec.sources])
 
 
 def _build_venv(spec: EnvSpec) -> None:
