@@ -1,11 +1,13 @@
 """Print shell ``export`` lines handing pip's configuration to uv (which reads none of it).
 
-``pip config list`` prints each setting as ``section.name='value'``, files first and ``PIP_*``
-variables (``:env:``) last, so the last value of a name wins, as in pip.
+``pip config list`` prints each setting as ``section.name=<repr of the value>``, files first and
+``PIP_*`` variables (``:env:``) last, so the last value of a name wins, as in pip. A value may
+hold several entries, separated by spaces or newlines.
 """
 
 from __future__ import annotations
 
+import ast
 import shlex
 import subprocess
 import sys
@@ -28,7 +30,7 @@ def pip_settings() -> dict[str, list[str]]:
         key, _, value = line.partition("=")
         name = key.rpartition(".")[2]
         if name in UV_VARIABLES:
-            settings[name] = value.strip("'\"").split()
+            settings[name] = ast.literal_eval(value).split()
     return settings
 
 
