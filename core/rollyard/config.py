@@ -152,6 +152,17 @@ class RunConfig:
                             help="advantage estimate and policy loss (see `rollyard plugins "
                                  "--hook register_algorithms`); its options are --NAME-*")
     lr: float = option(3e-3, group=TRAINING, check=positive, help="learning rate")
+    lr_warmup_steps: int = option(0, group=TRAINING, check=non_negative, metavar="N",
+                                  help="raise the learning rate linearly from 0 over the first "
+                                       "N steps")
+    lr_decay_style: Literal["constant", "linear", "cosine"] = option(
+        "constant", group=TRAINING,
+        help="after the warm-up, keep --lr or decay it to --min-lr over --lr-decay-steps")
+    lr_decay_steps: int | None = option(None, group=TRAINING, check=positive, metavar="N",
+                                        help="steps from the start to the end of the decay "
+                                             "(default: --steps)")
+    min_lr: float = option(0.0, group=TRAINING, check=non_negative,
+                           help="learning rate at the end of the decay")
     tis_cap: float | None = option(None, group=TRAINING, check=positive, metavar="C",
                                    help="truncated importance sampling against the engine's "
                                         "logprobs, weights capped at C (default: off)")
@@ -178,6 +189,13 @@ class RunConfig:
         for spec in core_specs():
             object.__setattr__(self, spec.name, spec.coerce(getattr(self, spec.name),
                                                             spec.flag))
+        if self.lr_decay_style != "constant" and self.lr_decay_steps is None:
+            # resolved here, so config.json keeps the horizon when a resume changes --steps
+            object.__setattr__(self, "lr_decay_steps", self.steps)
+        if self.lr_decay_steps is not None and self.lr_decay_steps <= self.lr_warmup_steps:
+            raise ConfigError(f"--lr-decay-steps {self.lr_decay_steps} must be more than "
+                              f"--lr-warmup-steps {self.lr_warmup_steps}: the decay starts "
+                              "where the warm-up ends")
         if self.async_rollout and self.max_staleness == 0:
             raise ConfigError("--max-staleness 0 with --async: a staleness bound of 0 is sync "
                               "mode; leave out --async, or set --max-staleness 1 or more")

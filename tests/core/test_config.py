@@ -180,6 +180,19 @@ def test_run_config_is_frozen_and_checked_on_construction():
         RunConfig(group_size=0)
 
 
+def test_a_decaying_learning_rate_keeps_its_horizon_across_a_resume():
+    config = RunConfig(steps=600, lr_decay_style="cosine")
+    assert config.lr_decay_steps == 600 and config.to_data()["lr_decay_steps"] == 600
+    # a resume that runs longer keeps the saved horizon (config.json holds it resolved)
+    assert config.replace(steps=900).lr_decay_steps == 600
+    assert RunConfig(steps=600).lr_decay_steps is None  # constant: no horizon
+    with pytest.raises(ConfigError, match="--lr-decay-steps 10 must be more than "
+                                          "--lr-warmup-steps 10"):
+        RunConfig(steps=10, lr_decay_style="cosine", lr_warmup_steps=10)
+    with pytest.raises(ConfigError, match="--lr-decay-style 'step'"):
+        RunConfig(lr_decay_style="step")
+
+
 def test_plugins_receive_a_read_only_view_and_typed_options():
     config = RunConfig(seed=3, plugin_options={"maze": MazeOptions()})
     view = ConfigView(config)

@@ -252,3 +252,22 @@ def test_two_minibatches_are_two_updates_against_the_rollout_policy(
         after = group.logprobs(samples)
         assert any(abs(a - b) > 1e-3 for s, row in zip(samples, after)
                    for a, b in zip(s.logprobs, row))
+
+
+@pytest.mark.slow
+def test_the_learning_rate_warms_up_and_decays_once_per_step(qwen3_tied: Path,
+                                                               ray_session: object) -> None:
+    """Warm-up over 2 steps, cosine to min_lr by step 4, then min_lr; a step of two
+    mini-batches makes both updates at its step's rate."""
+    config = TrainConfig(lr=1e-2, min_lr=1e-3, warmup_steps=2, lr_decay_style="cosine",
+                         lr_decay_steps=4, micro_batch_size=4, minibatches=2)
+    with TrainGroup(str(qwen3_tied), config, tp=1, dp=1) as group:
+        samples = make_samples(2, 2, seed=6, rewards=[0.0, 1.0])
+        with_logprobs(samples, hf_logprobs(qwen3_tied, samples))
+        rates = []
+        for _ in range(5):
+            metrics = group.train(samples)
+            assert metrics["updates"] == 2
+            rates.append(metrics["lr"])
+    # step 3 is halfway through the decay: cosine's factor is 0.5
+    assert rates == pytest.approx([5e-3, 1e-2, 1e-3 + 0.5 * 9e-3, 1e-3, 1e-3])

@@ -222,12 +222,13 @@ class TrainGroup:
             for item, logprobs in zip(items, before):
                 item.trainer_logprobs = logprobs
         results: list[dict[str, float]] = []
-        for share in shares:
+        for index, share in enumerate(shares):
             share_step = StepInfo(sequences=len(share),
                                   tokens=float(sum(sum(item.loss_mask) for item in share)),
                                   max_response_len=step.max_response_len)
             ranks = split_for_data_parallel(share, self.dp)
-            results += _get_all([actor.train_step.remote(ranks[rank // self.tp], share_step)
+            results += _get_all([actor.train_step.remote(ranks[rank // self.tp], share_step,
+                                                         index == 0)
                                  for rank, actor in enumerate(self._actors)])
         replicas = [r for i, r in enumerate(results) if (i % len(self._actors)) % self.tp == 0]
         for key in _SHARES:  # each update's loss, averaged over the updates

@@ -144,8 +144,12 @@ class MegatronWorker:
             batch.input_ids, batch.position_ids, batch.targets, batch.old_logprobs,
             batch.advantages, batch.mask, batch.trainer_logprobs)))
 
-    def train_step(self, items: list[TrainItem], step: StepInfo | float) -> dict[str, float]:
+    def train_step(self, items: list[TrainItem], step: StepInfo | float,
+                   first_update: bool = True) -> dict[str, float]:
         """One optimizer step over this rank's ``items``; returns sums and the step's scalars.
+
+        The learning-rate schedule advances once per run step, on its ``first_update`` (a
+        step split into mini-batches makes several updates at one rate).
 
         ``step`` gives the sizes of the whole step over all data-parallel ranks (a number is
         its trained-token count, for a single rank); the algorithm normalises the loss by
@@ -194,7 +198,7 @@ class MegatronWorker:
         # Data-parallel all-reduce, plus the sum over tensor-parallel ranks of the q/k norm
         # grads (each rank only sees its own heads).
         finalize_model_grads([self.ddp])
-        self.scheduler.step(1)
+        self.scheduler.step(1 if first_update else 0)
         updated, grad_norm, _ = self.optimizer.step()
         return {**sums, "grad_norm": float(grad_norm if grad_norm is not None else 0.0),
                 "lr": float(self.optimizer.param_groups[0]["lr"]),
