@@ -174,8 +174,12 @@ class RunConfig:
     kl_coef: float = option(0.0, group=TRAINING, check=non_negative,
                             help="weight of the KL penalty to the initial policy")
     entropy_coef: float = option(0.0, group=TRAINING, help="weight of the entropy bonus")
-    micro_batch_size: int = option(16, group=TRAINING, check=positive,
-                                   help="samples per forward pass")
+    micro_batch_size: int = option(128, group=TRAINING, check=positive,
+                                   help="samples per forward pass, at most")
+    micro_batch_tokens: int = option(8192, group=TRAINING, check=positive, metavar="N",
+                                     help="padded tokens per forward pass (samples × the "
+                                          "longest), at most; a longer sample has a pass of "
+                                          "its own. Lower it for a large vocabulary or model")
     minibatches: int = option(4, group=TRAINING, check=positive,
                               help="optimizer updates per step: the step's samples are split "
                                    "into this many mini-batches, one update each")

@@ -8,6 +8,7 @@ from rollyard import ConfigError
 from rollyard.training.batching import (
     TrainItem,
     check_item,
+    chunks,
     collate,
     micro_batches,
     split_for_data_parallel,
@@ -45,6 +46,18 @@ def test_micro_batches_respect_the_size_and_keep_every_item() -> None:
     assert sum(int(b.mask.sum()) for b in batches) == sum(sum(i.loss_mask) for i in items)
     # sorted by length: the first micro-batch is the narrowest
     assert batches[0].input_ids.shape[1] <= batches[-1].input_ids.shape[1]
+
+
+def test_a_token_budget_packs_short_samples_together_and_keeps_long_ones_apart() -> None:
+    short, long = [_item(2, 2) for _ in range(6)], _item(2, 10)  # 4 tokens each; 12
+    # rows x longest within 12: three short ones per pass; the long one alone (over budget)
+    assert [len(run) for run in chunks(short + [long], 100, 12)] == [3, 3, 1]
+    # the row bound still applies, and a pass that would widen past the budget is cut first
+    assert [len(run) for run in chunks(short, 2, 12)] == [2, 2, 2]
+    assert [len(run) for run in chunks([short[0], long, short[1]], 100, 20)] == [1, 1, 1]
+    assert [len(run) for run in chunks(short, 100)] == [6]
+    batches = micro_batches([long, *short], micro_batch_size=100, micro_batch_tokens=12)
+    assert [tuple(b.input_ids.shape) for b in batches] == [(3, 4), (3, 4), (1, 12)]
 
 
 def test_data_parallel_split_balances_tokens_and_loses_nothing() -> None:

@@ -63,6 +63,7 @@ def test_unsupported_models_are_named(tmp_path: Path, changes: dict, message: st
     (TrainConfig(temperature=float("nan")), "TrainConfig.temperature is nan"),
     (TrainConfig(lr_decay_style="cosine"), "needs lr_decay_steps"),
     (TrainConfig(lr_decay_style="step", lr_decay_steps=10), "lr_decay_style is 'step'"),
+    (TrainConfig(micro_batch_tokens=0), "TrainConfig.micro_batch_tokens is 0"),
 ])
 def test_bad_train_config_fields_are_named(tmp_path: Path, config: TrainConfig,
                                            message: str) -> None:

@@ -84,11 +84,30 @@ def collate(items: list[TrainItem]) -> MicroBatch:
     return MicroBatch(input_ids, position_ids, targets, old_logprobs, advantages, mask, trainer)
 
 
-def micro_batches(items: list[TrainItem], micro_batch_size: int) -> list[MicroBatch]:
-    """Micro-batches of at most ``micro_batch_size`` rows, sorted by length to cut padding."""
+def chunks(items: list[TrainItem], max_rows: int,
+           max_tokens: int | None = None) -> list[list[TrainItem]]:
+    """``items`` in order, cut into consecutive runs of at most ``max_rows`` rows whose padded
+    size (rows × longest) stays within ``max_tokens``; a longer item is a run of its own."""
+    runs: list[list[TrainItem]] = []
+    current: list[TrainItem] = []
+    width = 0
+    for item in items:
+        wider = max(width, len(item.tokens))
+        if current and (len(current) == max_rows
+                        or (max_tokens is not None and wider * (len(current) + 1) > max_tokens)):
+            runs.append(current)
+            current, wider = [], len(item.tokens)
+        current.append(item)
+        width = wider
+    return runs + [current] if current else runs
+
+
+def micro_batches(items: list[TrainItem], micro_batch_size: int,
+                  micro_batch_tokens: int | None = None) -> list[MicroBatch]:
+    """Micro-batches of at most ``micro_batch_size`` rows and ``micro_batch_tokens`` padded
+    tokens, sorted by length to cut padding."""
     ordered = sorted(items, key=lambda item: len(item.tokens))
-    return [collate(ordered[i: i + micro_batch_size])
-            for i in range(0, len(ordered), micro_batch_size)]
+    return [collate(run) for run in chunks(ordered, micro_batch_size, micro_batch_tokens)]
 
 
 def split_for_data_parallel(items: list[TrainItem], dp: int) -> list[list[TrainItem]]:

@@ -17,7 +17,9 @@ class TrainConfig:
 
     ``temperature`` must equal the sampling temperature of the rollouts: recomputed
     logprobs are ``log_softmax(logits / temperature)`` of the sampled token, as in the engine.
-    ``micro_batch_size`` counts samples per forward pass on one data-parallel rank.
+    ``micro_batch_size`` counts samples per forward pass on one data-parallel rank;
+    ``micro_batch_tokens``, when set, also bounds a forward pass's padded tokens (rows × the
+    longest row), so short samples share a pass and long ones do not exhaust memory.
     ``minibatches`` splits a step's samples into that many optimizer updates (PPO epochs of
     one pass); the ratio of later ones is taken against the rollout's policy.
     ``global_batch_size``, when set, is the number of samples per step the run produces; it is
@@ -51,6 +53,7 @@ class TrainConfig:
     kl_coef: float = 0.0
     entropy_coef: float = 0.0
     micro_batch_size: int = 8
+    micro_batch_tokens: int | None = None
     minibatches: int = 1
     temperature: float = 1.0
     filter_zero_variance: bool = True
@@ -82,6 +85,9 @@ class TrainConfig:
         if self.tis_cap is not None and self.tis_cap <= 0:
             raise ConfigError(f"TrainConfig.tis_cap is {self.tis_cap!r}; the importance-weight "
                               "cap must be positive (leave it unset to turn TIS off)")
+        if self.micro_batch_tokens is not None and self.micro_batch_tokens < 1:
+            raise ConfigError(f"TrainConfig.micro_batch_tokens is {self.micro_batch_tokens!r}; "
+                              "it must be positive (leave it unset for no token bound)")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
             raise ConfigError(f"TrainConfig.max_new_tokens is {self.max_new_tokens!r}; it must "
                               "be positive")

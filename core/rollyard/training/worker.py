@@ -25,7 +25,7 @@ from rollyard.training.algorithm import (
     micro_batch_loss,
     token_logprobs,
 )
-from rollyard.training.batching import MicroBatch, TrainItem, collate, micro_batches
+from rollyard.training.batching import MicroBatch, TrainItem, chunks, collate, micro_batches
 from rollyard.training.checkpoint import load_hf_weights, read_hf_config, write_hf_folder
 from rollyard.training.config import TrainConfig
 from rollyard.training.convert import ModelShape, hf_to_megatron, megatron_to_hf
@@ -169,7 +169,7 @@ class MegatronWorker:
         self.optimizer.zero_grad()
         sums: dict[str, float] = defaultdict(float)
         problem = None
-        for batch in micro_batches(items, cfg.micro_batch_size):
+        for batch in micro_batches(items, cfg.micro_batch_size, cfg.micro_batch_tokens):
             batch = self._on_device(batch)
             logits = self.ddp(batch.input_ids, batch.position_ids, None)
             logprobs, entropy = token_logprobs(logits, batch.targets, cfg.temperature)
@@ -233,9 +233,7 @@ class MegatronWorker:
         """Current-policy logprobs of each item's response tokens (engine definition)."""
         self.ddp.eval()
         out = []
-        size = self.config.micro_batch_size
-        for start in range(0, len(items), size):
-            chunk = items[start: start + size]
+        for chunk in chunks(items, self.config.micro_batch_size, self.config.micro_batch_tokens):
             batch = self._on_device(collate(chunk))
             logits = self.ddp(batch.input_ids, batch.position_ids, None)
             chosen, _ = token_logprobs(logits, batch.targets, self.config.temperature)
