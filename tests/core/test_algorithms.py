@@ -129,13 +129,17 @@ def test_dapo_shapes_rewards_before_normalising() -> None:
     assert off.advantages(samples([1.0, 1.0], ["g", "g"], [6, 8]), STEP) == [0.0, 0.0]
 
 
-def test_dapo_overlong_buffer_defaults_to_half_the_budget() -> None:
-    """Budget 10, default buffer 5: lengths 4 and 8 shape to 1 and 1 - 3/5 = 0.4."""
-    adv = DAPO().advantages(samples([1.0, 1.0], ["g", "g"], lengths=[4, 8]),
-                            StepInfo(2, 12.0, max_response_len=10))
+def test_dapo_shapes_no_length_by_default_and_none_means_half_the_budget() -> None:
+    """Budget 10: by default equal rewards stay equal whatever the lengths; an unset buffer
+    (configurations saved before the default was off) is 5: lengths 4 and 8 shape to 1 and
+    1 - 3/5 = 0.4."""
+    step = StepInfo(2, 12.0, max_response_len=10)
+    assert DAPO().advantages(samples([1.0, 1.0], ["g", "g"], lengths=[4, 8]), step) == [0.0, 0.0]
+    half = DAPO(DAPO.Options(overlong_buffer=None))
+    adv = half.advantages(samples([1.0, 1.0], ["g", "g"], lengths=[4, 8]), step)
     assert adv == pytest.approx([1.0, -1.0], abs=1e-5)
-    adv = DAPO().advantages(samples([1.0, 1.0], ["g", "g"], lengths=[2, 5]),
-                            StepInfo(2, 7.0, max_response_len=10))
+    adv = half.advantages(samples([1.0, 1.0], ["g", "g"], lengths=[2, 5]),
+                          StepInfo(2, 7.0, max_response_len=10))
     assert adv == [0.0, 0.0]  # both inside the free half
 
 

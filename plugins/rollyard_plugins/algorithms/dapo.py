@@ -8,8 +8,8 @@
 
 ``ε_high > ε_low`` lets unlikely tokens grow (against entropy collapse). Dynamic sampling
 drops groups whose rewards are all equal and lets the run draw more. The soft overlong
-penalty, with ``L`` the run's ``max_new_tokens`` and ``B`` the ``overlong_buffer`` (by default
-``L // 2``: a response that keeps going past half its budget pays for it)::
+penalty, with ``L`` the run's ``max_new_tokens`` and ``B`` the ``overlong_buffer`` (off by
+default; ``None``, as in configurations saved before it was off, means ``L // 2``)::
 
     overlong(n) = 0                              if n <= L - B
                 = -penalty × (n - (L - B)) / B   if L - B < n <= L
@@ -40,9 +40,10 @@ class DAPOOptions:
         "help": "the ratio is clipped above at 1 + clip_high (clip-higher)"})
     dynamic_sampling: bool = field(default=True, metadata={
         "help": "drop groups whose rewards are all equal (the run draws more)"})
-    overlong_buffer: int | None = field(default=None, metadata={
-        "help": "tokens before max-new-tokens where the soft length penalty starts "
-                "(unset: half of max-new-tokens; 0: off)"})
+    overlong_buffer: int | None = field(default=0, metadata={
+        "help": "tokens before max-new-tokens where the soft length penalty starts (0: off). "
+                "A length prior: it teaches a model to stop when its answers are far shorter "
+                "than the budget, and costs reward when they are not"})
     overlong_penalty: float = field(default=1.0, metadata={
         "help": "the length penalty at max-new-tokens (reward units)"})
 
