@@ -51,7 +51,7 @@ def test_micro_batches_respect_the_size_and_keep_every_item() -> None:
 def test_a_token_budget_packs_short_samples_together_and_keeps_long_ones_apart() -> None:
     short, long = [_item(2, 2) for _ in range(6)], _item(2, 10)  # 4 tokens each; 12
     # rows x longest within 12: three short ones per pass; the long one alone (over budget)
-    assert [len(run) for run in chunks(short + [long], 100, 12)] == [3, 3, 1]
+    assert [len(run) for run in chunks([*short, long], 100, 12)] == [3, 3, 1]
     # the row bound still applies, and a pass that would widen past the budget is cut first
     assert [len(run) for run in chunks(short, 2, 12)] == [2, 2, 2]
     assert [len(run) for run in chunks([short[0], long, short[1]], 100, 20)] == [1, 1, 1]

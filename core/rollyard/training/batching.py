@@ -99,7 +99,7 @@ def chunks(items: list[TrainItem], max_rows: int,
             current, wider = [], len(item.tokens)
         current.append(item)
         width = wider
-    return runs + [current] if current else runs
+    return [*runs, current] if current else runs
 
 
 def micro_batches(items: list[TrainItem], micro_batch_size: int,
