@@ -6,7 +6,7 @@ import asyncio
 import itertools
 
 import pytest
-from rollyard.run.group_draw import draw_groups, has_signal, redraw_size, resample_budget
+from rollyard.run.group_draw import draw_groups, has_signal, resample_budget
 from rollyard.types import Sample, SampleStatus
 
 
@@ -39,37 +39,16 @@ def test_signal_needs_two_usable_samples_with_different_rewards():
 
 
 def test_groups_without_signal_are_replaced_until_the_step_is_full():
-    engine = Engine([True, False, False, False] + [False, True, False, True, True] + [False] * 7)
+    engine = Engine([True, False, False, True, False, True, True, True])
     drawn = asyncio.run(draw_groups(engine, wanted=4, budget=16, refill=True))
-    # 1 of the first 4 had a signal: the 3 missing are expected to need 12 more, in one round
-    assert engine.calls == [4, 12]
-    assert drawn.groups_drawn == 16 and drawn.signal_groups() == 4
+    assert engine.calls == [4, 2, 1]  # the shortfall each time
+    assert drawn.signal_groups() == 4 and drawn.groups_drawn == 7
+    assert drawn.metrics() == {"rollout/zero_variance_share": 0.5, "rollout/resamples": 2.0,
+                               "rollout/groups_drawn": 7.0, "rollout/signal_groups": 4.0}
     trained = drawn.training_samples(4)
-    assert {s.group_id for s in trained} == {"g0", "g5", "g7", "g8"}
-    assert all(has_signal([s for s in trained if s.group_id == g])
-               for g in ("g0", "g5", "g7", "g8"))
-    assert drawn.metrics() == {"rollout/zero_variance_share": 0.75, "rollout/resamples": 1.0,
-                               "rollout/groups_drawn": 16.0, "rollout/signal_groups": 4.0}
-    assert drawn.env_metrics == {"env/x": 1.5}  # mean over the two draws
-
-
-def test_a_step_that_is_nearly_full_redraws_only_what_it_misses():
-    engine = Engine([True, True, True, False, True, True])
-    drawn = asyncio.run(draw_groups(engine, wanted=4, budget=16, refill=True))
-    assert engine.calls == [4, 2]  # 1 missing at a share of 3/4: ceil(4/3)
-    assert drawn.signal_groups() == 5 and len(drawn.training_samples(4)) == 8
-
-
-@pytest.mark.parametrize(("signal", "drawn", "expected"), [
-    (0, 4, 12),   # no signal yet: all that the budget leaves
-    (2, 4, 4),    # half had one: the 2 missing need 4
-    (3, 8, 3),    # 1 missing at 3/8: ceil(8/3)
-    (1, 4, 12),   # 3 missing at 1/4 would need 12, exactly what is left
-    (1, 12, 4),   # would need 36; the budget leaves 4
-])
-def test_a_redraw_asks_for_what_the_shortfall_needs_at_the_signal_share(signal, drawn,
-                                                                         expected):
-    assert redraw_size(wanted=4, signal=signal, drawn=drawn, budget=16) == expected
+    assert len({s.group_id for s in trained}) == 4 and all(
+        has_signal([s for s in trained if s.group_id == g]) for g in {"g0", "g3", "g5", "g6"})
+    assert drawn.env_metrics == {"env/x": 2.0}  # mean over the three draws
 
 
 def test_the_resample_budget_bounds_the_draws():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 
@@ -80,22 +79,9 @@ def resample_budget(wanted: int, factor: float) -> int:
 
 async def draw_groups(draw: Draw, wanted: int, budget: int, refill: bool) -> GroupDraw:
     """Draw ``wanted`` groups; with ``refill`` (groups with equal rewards are filtered), draw
-    more, within ``budget`` groups in all, until ``wanted`` carry a signal.
-
-    Each redraw asks for the groups the shortfall is expected to need at the share of signal
-    groups seen so far in this step (all that the budget leaves while none had a signal), so
-    a step whose groups are mostly solved makes one more round, not one per missing group."""
+    the shortfall again, within ``budget`` groups in all, until ``wanted`` carry a signal."""
     groups = GroupDraw(*await draw(wanted))
     while refill and groups.signal_groups() < wanted and groups.groups_drawn < budget:
-        groups.add(*await draw(redraw_size(wanted, groups.signal_groups(),
-                                           groups.groups_drawn, budget)))
+        groups.add(*await draw(min(wanted - groups.signal_groups(),
+                                   budget - groups.groups_drawn)))
     return groups
-
-
-def redraw_size(wanted: int, signal: int, drawn: int, budget: int) -> int:
-    """Groups to draw next: the shortfall divided by the signal share so far, rounded up, at
-    most what ``budget`` leaves."""
-    left = budget - drawn
-    if signal == 0:
-        return left
-    return min(left, math.ceil((wanted - signal) * drawn / signal))
