@@ -18,8 +18,13 @@ $(STAMP): $(PACKAGE_FILES) scripts/install.sh
 demo: install
 	$(VENV)/bin/rollyard train
 
+# Two worker processes, each taking whole test files (module fixtures run once): most of a
+# test's time is spent waiting on the processes it starts, so two overlap well on two cores.
+# TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 2
 test: install lint
-	$(PY) -m pytest -q tests -m "not vf_matrix" --durations=25
+	$(PY) -m pytest -q tests -m "not vf_matrix" --durations=25 \
+		$(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 test-fast: install
 	$(PY) -m pytest -q tests -m "not slow"
