@@ -9,7 +9,7 @@ training wall time and every raw log into a results folder.
 
 Usage::
 
-    python benchmarks/vs_trl.py [--budget 240] [--ops copy,reverse] [--trl-lr 1e-3]
+    python benchmarks/vs_trl.py [--budget 240] [--ops copy,reverse] [--seeds 0] [--trl-lr 1e-3]
                                 [--trl-lr-sweep 3e-4,1e-3,3e-3 [--sweep-budget S]]
                                 [--rollyard-arg=--lr=1e-3 ...] [--frameworks rollyard,trl]
     make bench-trl ARGS="--budget 60"
@@ -17,12 +17,13 @@ Usage::
 Set-up. TRL lives in its own virtual environment, built on first use from pinned versions
 (``torch==2.13.0`` CPU as in rollyard's, ``trl==1.16.0``, ``transformers==5.24.0``) under
 ``benchmarks/.trl-venv`` (``--venv``; rebuilt when the pins change), never in rollyard's. One tiny
-model is written with ``rollyard init-model`` and both frameworks start from it. Nothing of
+model per seed is written with ``rollyard init-model --seed S`` and both frameworks start from
+it. Nothing of
 rollyard is imported: it runs as ``rollyard train`` in a subprocess and is read back from what
 that writes (``metrics.jsonl``, ``samples.jsonl``).
 
 The task. rollyard: ``--rollout-plugin toy --toy-operation OP --groups-per-step 16 --group-size
-8 --max-new-tokens 6 --model DIR --seed 0`` and otherwise its defaults (``--rollyard-arg``
+8 --max-new-tokens 6 --model DIR --seed S`` and otherwise its defaults (``--rollyard-arg``
 appends flags). TRL gets the same task restated in ``trl_side/toy_task.py``: the same words, the
 same prompt stream (rollyard's seeded task sequence, fed with ``shuffle_dataset=False`` so TRL
 step k sees rollyard step k's 16 prompts; groups rollyard draws on top by dynamic sampling come
@@ -37,7 +38,7 @@ TRL settings: ``GRPOConfig(use_cpu=True, bf16=False, fp16=False, gradient_checkp
 use_vllm=False, per_device_train_batch_size=128, gradient_accumulation_steps=1,
 num_generations=8, steps_per_generation=1, num_iterations=1, max_completion_length=6,
 temperature=1.0, top_p=1.0, top_k=0, shuffle_dataset=False, learning_rate=LR,
-lr_scheduler_type="constant", seed=0)`` and ``torch.set_num_threads(1)`` (``--trl-threads``):
+lr_scheduler_type="constant", seed=S)`` and ``torch.set_num_threads(1)`` (``--trl-threads``):
 one optimizer step per batch of 16 prompts × 8 completions, fp32, sampling as rollyard's
 defaults. One thread because it is TRL's fastest setting here: with torch's default of one
 thread per core, any other process on the machine stalls every op of this tiny model (1.1-3.2 s
@@ -64,8 +65,12 @@ process tree); figures from runs with ``others`` above ~0.5 are not comparable.
 
 Metrics. ``reward``: mean summed reward of a step's samples. ``best3``: the best mean of 3
 consecutive steps. ``end``: mean of the last 3 steps. ``t>=X``: training seconds until the
-3-step mean first reaches X (``-`` if never). Results go to ``benchmarks/results/vs-trl-<time>``
-(``--out``): ``results.json``, ``table.md``, ``reward_vs_time.png``, the runs and their logs.
+3-step mean first reaches X (``-`` if never). One run is one draw: on these toy tasks two
+runs of rollyard differ by up to ~0.15 in best3 (docs/training.md), so ``--seeds 0,1,2`` runs
+everything once per seed and adds a table of means, spreads and how many runs reached each
+threshold (the TRL learning-rate sweep, if any, runs on the first seed). Results go to
+``benchmarks/results/vs-trl-<time>`` (``--out``): ``results.json``, ``table.md``,
+``reward_vs_time.png``, the runs and their logs.
 """
 
 from __future__ import annotations
@@ -135,21 +140,22 @@ def rollyard_has_max_seconds(rollyard: str) -> bool:
 # --------------------------------------------------------------------------- runs
 
 
-def run_rollyard(args, op: str, model: Path, out: Path, max_seconds_flag: bool) -> dict:
-    runs_dir, name = out / "rollyard-runs", f"rollyard-{op}"
+def run_rollyard(args, op: str, seed: int, model: Path, out: Path,
+                 max_seconds_flag: bool) -> dict:
+    runs_dir, name = out / "rollyard-runs", f"rollyard-{op}-s{seed}"
     run_dir = runs_dir / name
     cmd = [args.rollyard, "train", "--rollout-plugin", "toy", "--toy-operation", op,
            "--groups-per-step", str(GROUPS), "--group-size", str(GROUP_SIZE),
            "--max-new-tokens", str(MAX_NEW_TOKENS), "--model", str(model), "--no-progress",
-           "--seed", str(args.seed), "--runs-dir", str(runs_dir), "--name", name,
+           "--seed", str(seed), "--runs-dir", str(runs_dir), "--name", name,
            "--steps", "1000000"]
     if max_seconds_flag:
         cmd += ["--max-seconds", f"{args.budget:g}"]
     cmd += args.rollyard_arg
     wait_until_quiet(args.quiet_wait)
-    log(f"rollyard {op}: {shlex.join(cmd)}")
+    log(f"rollyard {op} seed {seed}: {shlex.join(cmd)}")
     metrics_file = run_dir / "metrics.jsonl"
-    log_file = out / f"rollyard-{op}.log"
+    log_file = out / f"{name}.log"
     rows: list[dict] = []
     start = stopped_at = None
     stop = "--max-seconds" if max_seconds_flag else "SIGINT"
@@ -213,24 +219,24 @@ def run_rollyard(args, op: str, model: Path, out: Path, max_seconds_flag: bool) 
             lr = float(flag.split("=", 1)[1])
         elif flag == "--lr" and i + 1 < len(args.rollyard_arg):
             lr = float(args.rollyard_arg[i + 1])
-    return {"framework": "rollyard", "op": op, "lr": lr, "stop": stop,
+    return {"framework": "rollyard", "op": op, "seed": seed, "lr": lr, "stop": stop,
             "returncode": proc.returncode, "run_dir": str(run_dir), "log": str(log_file),
             "others_cores": monitor.others_cores(),
             "all_steps": len(rows), "curve": curve,
             "last_entropy": rows[-1].get("train/entropy")}
 
 
-def run_trl(args, vpy: Path, op: str, model: Path, out: Path, lr: float, budget: float,
-            tag: str) -> dict:
-    jsonl = out / f"trl-{op}-{tag}.jsonl"
-    log_file = out / f"trl-{op}-{tag}.log"
+def run_trl(args, vpy: Path, op: str, seed: int, model: Path, out: Path, lr: float,
+            budget: float, tag: str) -> dict:
+    jsonl = out / f"trl-{op}-s{seed}-{tag}.jsonl"
+    log_file = out / f"trl-{op}-s{seed}-{tag}.log"
     cmd = [str(vpy), str(HERE / "trl_side" / "run_trl.py"), "--model", str(model),
            "--operation", op, "--budget", f"{budget:g}", "--lr", f"{lr:g}",
            "--groups", str(GROUPS), "--group-size", str(GROUP_SIZE),
-           "--max-new-tokens", str(MAX_NEW_TOKENS), "--seed", str(args.seed),
+           "--max-new-tokens", str(MAX_NEW_TOKENS), "--seed", str(seed),
            "--threads", str(args.trl_threads), "--out", str(jsonl)]
     wait_until_quiet(args.quiet_wait)
-    log(f"TRL {op} lr={lr:g} budget={budget:g}s")
+    log(f"TRL {op} seed {seed} lr={lr:g} budget={budget:g}s")
     with log_file.open("w") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=REPO,
                                 start_new_session=True)
@@ -251,7 +257,7 @@ def run_trl(args, vpy: Path, op: str, model: Path, out: Path, lr: float, budget:
                            f"{tail(log_file)}")
     rows = [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
     curve = [(r["t"], r["reward"], r.get("reward/exact-match") or 0.0) for r in rows]
-    return {"framework": "trl", "op": op, "lr": lr, "stop": "callback",
+    return {"framework": "trl", "op": op, "seed": seed, "lr": lr, "stop": "callback",
             "returncode": 0, "run_dir": str(jsonl), "log": str(log_file),
             "others_cores": monitor.others_cores(),
             "all_steps": len(rows), "curve": curve,
@@ -421,19 +427,45 @@ def fmt(value, spec: str = ".3f") -> str:
     return "-" if value is None else format(value, spec)
 
 
+def markdown(head: list[str], rows: list[list[str]]) -> str:
+    return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
+                      *("| " + " | ".join(cells) + " |" for cells in rows)])
+
+
 def table(runs: list[dict]) -> str:
-    head = ["framework", "op", "lr", "steps", "steps/s", "best3", "best3/max", "end",
+    head = ["framework", "op", "seed", "lr", "steps", "steps/s", "best3", "best3/max", "end",
             "exact@end", *(f"t>={level:g} (s)" for level in THRESHOLDS), "others"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for r in runs:
-        cells = [r["framework"], r["op"], "default" if r["lr"] is None else f"{r['lr']:g}",
+        cells = [r["framework"], r["op"], str(r["seed"]),
+                 "default" if r["lr"] is None else f"{r['lr']:g}",
                  str(r["steps"]), fmt(r["steps_per_s"], ".2f"), fmt(r["best3"]),
                  fmt(None if r["best3"] is None else r["best3"] / toy_task.REWARD_MAX),
                  fmt(r["end3"]), fmt(r["end3_exact"]),
                  *(fmt(r["reach"][f"{level:g}"], ".0f") for level in THRESHOLDS),
                  fmt(r.get("others_cores"), ".2f")]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        rows.append(cells)
+    return markdown(head, rows)
+
+
+def mean_table(runs: list[dict]) -> str:
+    """One row per framework and op over its seeds: means, the spread of best3, and in how
+    many runs the 3-step mean reached each threshold."""
+    head = ["framework", "op", "runs", "steps/s", "best3 mean", "best3 min-max", "end mean",
+            *(f"reached {level:g}" for level in THRESHOLDS)]
+    rows = []
+    for key in dict.fromkeys((r["framework"], r["op"]) for r in runs):
+        group = [r for r in runs if (r["framework"], r["op"]) == key]
+        best = [r["best3"] for r in group if r["best3"] is not None]
+        ends = [r["end3"] for r in group if r["end3"] is not None]
+        rows.append([*key, str(len(group)),
+                     fmt(sum(r["steps_per_s"] for r in group) / len(group), ".2f"),
+                     fmt(sum(best) / len(best) if best else None),
+                     f"{fmt(min(best, default=None))}-{fmt(max(best, default=None))}",
+                     fmt(sum(ends) / len(ends) if ends else None),
+                     *(f"{sum(r['reach'][f'{level:g}'] is not None for r in group)}"
+                       f"/{len(group)}" for level in THRESHOLDS)])
+    return markdown(head, rows)
 
 
 # --------------------------------------------------------------------------- main
@@ -462,7 +494,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quiet-wait", type=float, default=300.0, metavar="S",
                         help="before each run, wait up to S s until other processes use under "
                              "half a core (default 300; 0: don't wait)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", "--seed", dest="seeds", default="0", metavar="SEED,...",
+                        help="run every op and framework once per seed (its own model from "
+                             "`rollyard init-model --seed`, task order and sampling); with "
+                             "several, a table of means over the seeds follows (default 0)")
     parser.add_argument("--rollyard", default=str(REPO / ".venv" / "bin" / "rollyard"),
                         help="the rollyard executable (default: the project's .venv)")
     parser.add_argument("--venv", type=Path, default=HERE / ".trl-venv",
@@ -480,6 +515,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--frameworks: rollyard, trl or both")
     if args.budget <= 0:
         parser.error("--budget must be positive")
+    try:
+        seeds = list(dict.fromkeys(int(seed) for seed in args.seeds.split(",")))
+    except ValueError:
+        parser.error(f"--seeds: comma-separated integers, got {args.seeds!r}")
     sweep = [float(x) for x in args.trl_lr_sweep.split(",")] if args.trl_lr_sweep else []
     sweep_budget = args.sweep_budget or args.budget
     if not Path(args.rollyard).exists():
@@ -490,20 +529,21 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     args.venv = args.venv.resolve()
     vpy = ensure_venv(args.venv, args.python) if "trl" in frameworks else None
-    model = out / "model"
-    if not (model / "config.json").exists():
-        subprocess.run([args.rollyard, "init-model", str(model), "--seed", str(args.seed)],
-                       check=True, cwd=REPO, stdout=subprocess.DEVNULL)
+    models = {seed: out / f"model-s{seed}" for seed in seeds}
+    for seed, model in models.items():
+        if not (model / "config.json").exists():
+            subprocess.run([args.rollyard, "init-model", str(model), "--seed", str(seed)],
+                           check=True, cwd=REPO, stdout=subprocess.DEVNULL)
     max_seconds_flag = "rollyard" in frameworks and rollyard_has_max_seconds(args.rollyard)
 
     notes: list[str] = []
     lr, sweep_runs = args.trl_lr, {}
-    if "trl" in frameworks and sweep:
+    if "trl" in frameworks and sweep:  # on the first seed
         for rate in sweep:
             for op in ops:
                 sweep_runs[(rate, op)] = summarize(
-                    run_trl(args, vpy, op, model, out, rate, sweep_budget, f"sweep-{rate:g}"),
-                    sweep_budget)
+                    run_trl(args, vpy, op, seeds[0], models[seeds[0]], out, rate, sweep_budget,
+                            f"sweep-{rate:g}"), sweep_budget)
 
         def score(rate: float) -> float:
             return sum(sweep_runs[(rate, op)]["best3"] or 0.0 for op in ops) / len(ops)
@@ -512,45 +552,49 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nTRL learning-rate sweep ({sweep_budget:g} s per run):")
         print(table([sweep_runs[(rate, op)] for rate in sweep for op in ops]))
         notes.append(f"TRL lr {lr:g}: best mean best3 of the sweep {sweep} "
-                     f"({sweep_budget:g} s per run)")
+                     f"({sweep_budget:g} s per run, seed {seeds[0]})")
     else:
         notes.append(f"TRL lr {lr:g} (--trl-lr; no sweep in this run)")
 
     runs = []
-    for op in ops:
+    for seed, op in ((seed, op) for seed in seeds for op in ops):
         ry = trl = None
+        where = f"{op} seed {seed}"
         if "rollyard" in frameworks:
-            ry = summarize(run_rollyard(args, op, model, out, max_seconds_flag), args.budget)
+            ry = summarize(run_rollyard(args, op, seed, models[seed], out, max_seconds_flag),
+                           args.budget)
             runs.append(ry)
-            notes.append(f"rollyard {op}: stopped by {ry['stop']} (exit {ry['returncode']}), "
-                         f"{ry['all_steps']} steps logged, {ry['steps']} within the budget")
+            notes.append(f"rollyard {where}: stopped by {ry['stop']} (exit "
+                         f"{ry['returncode']}), {ry['all_steps']} steps logged, {ry['steps']} "
+                         "within the budget")
         if "trl" in frameworks:
-            if (lr, op) in sweep_runs and sweep_budget == args.budget:
+            if (lr, op) in sweep_runs and sweep_budget == args.budget and seed == seeds[0]:
                 trl = sweep_runs[(lr, op)]
             else:
-                trl = summarize(run_trl(args, vpy, op, model, out, lr, args.budget, "main"),
-                                args.budget)
+                trl = summarize(run_trl(args, vpy, op, seed, models[seed], out, lr,
+                                        args.budget, "main"), args.budget)
             runs.append(trl)
         if ry is not None:
-            notes.extend(check_against_rollyard(ry, trl, op, args.seed))
+            notes.extend(f"seed {seed}: {note}" for note in
+                         check_against_rollyard(ry, trl, op, seed))
         for run in (ry, trl):
             if run is None or not run["curve"]:
                 continue
             step_times = sorted(b[0] - a[0] for a, b in zip(run["curve"], run["curve"][1:]))
             typical = step_times[len(step_times) // 2] if step_times else 0.0
             if run["curve"][-1][0] < args.budget - max(5.0, 3 * typical):
-                notes.append(f"{run['framework']} {op}: its last step ended at "
+                notes.append(f"{run['framework']} {where}: its last step ended at "
                              f"{run['curve'][-1][0]:.0f} s, before the {args.budget:g} s budget")
             if (run.get("others_cores") or 0.0) > 0.5:
-                notes.append(f"{run['framework']} {op}: other processes kept "
+                notes.append(f"{run['framework']} {where}: other processes kept "
                              f"{run['others_cores']:.1f} cores busy during the run; its "
                              "time-based figures are disturbed")
             if run.get("last_entropy") is not None:
-                notes.append(f"{run['framework']} {op}: entropy at the last step "
+                notes.append(f"{run['framework']} {where}: entropy at the last step "
                              f"{run['last_entropy']:.3f}")
 
     results = {"budget": args.budget, "ops": ops, "groups": GROUPS, "group_size": GROUP_SIZE,
-               "max_new_tokens": MAX_NEW_TOKENS, "seed": args.seed, "trl_lr": lr,
+               "max_new_tokens": MAX_NEW_TOKENS, "seeds": seeds, "trl_lr": lr,
                "reward_max": toy_task.REWARD_MAX, "thresholds": list(THRESHOLDS),
                "rollyard_args": args.rollyard_arg, "notes": notes, "runs": runs,
                "sweep": [{k: v for k, v in r.items() if k != "curve"}
@@ -563,6 +607,8 @@ def main(argv: list[str] | None = None) -> int:
             f"other processes during the run (0 on a quiet machine)"
             + (f"; rollyard flags added: {shlex.join(args.rollyard_arg)}"
                if args.rollyard_arg else "") + f"\n\n{table(runs)}\n\n"
+            + (f"Over the seeds {', '.join(map(str, seeds))}:\n\n{mean_table(runs)}\n\n"
+               if len(seeds) > 1 else "")
             + "\n".join(f"- {n}" for n in notes) + "\n")
     (out / "table.md").write_text(text)
     print("\n" + text)

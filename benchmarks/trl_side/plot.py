@@ -1,4 +1,5 @@
-"""Overlay of both frameworks' reward curves against training wall time (one panel per op).
+"""Overlay of both frameworks' reward curves against training wall time (one panel per op; one
+line style per seed when the benchmark ran several).
 
 Run by vs_trl.py with the benchmark venv's Python (which has matplotlib)::
 
@@ -13,6 +14,7 @@ from bisect import bisect_left
 
 WINDOW_S = 5.0
 COLORS = {"rollyard": "tab:blue", "trl": "tab:orange"}
+LINE_STYLES = ["-", "--", ":", "-."]
 
 
 def smooth(ts: list[float], ys: list[float], window: float) -> list[float]:
@@ -35,6 +37,7 @@ def main(results_file: str, out_file: str) -> int:
 
     results = json.loads(open(results_file).read())
     runs = results["runs"]
+    seeds = results.get("seeds", [0])
     ops = list(dict.fromkeys(r["op"] for r in runs))
     fig, axes = plt.subplots(1, len(ops), figsize=(6.5 * len(ops), 4.2), squeeze=False)
     for ax, op in zip(axes[0], ops):
@@ -46,7 +49,12 @@ def main(results_file: str, out_file: str) -> int:
             color = COLORS.get(run["framework"])
             ax.plot(ts, ys, color=color, alpha=0.2, linewidth=0.6)
             label = run["framework"] + (f" (lr {run['lr']:g})" if run.get("lr") else "")
-            ax.plot(ts, smooth(ts, ys, WINDOW_S), color=color, linewidth=1.8, label=label)
+            style = "-"
+            if len(seeds) > 1:
+                label += f", seed {run['seed']}"
+                style = LINE_STYLES[seeds.index(run["seed"]) % len(LINE_STYLES)]
+            ax.plot(ts, smooth(ts, ys, WINDOW_S), color=color, linewidth=1.8, linestyle=style,
+                    label=label)
         for level in results.get("thresholds", []):
             ax.axhline(level, color="grey", linestyle=":", linewidth=0.8)
         ax.set_title(f"toy {op}: {results['groups']} prompts x {results['group_size']}, "
