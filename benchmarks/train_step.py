@@ -32,6 +32,8 @@ SAMPLES, PROMPT, RESPONSE, MICRO_BATCH = 16, 32, 96, 8
 # transformers' eager attention is the faster plain baseline for this shape on CPU (SDPA's
 # backward is slower here), so the comparison is against the better of the two.
 ATTENTION = "eager"
+#: PPO's clip range of both steps (the trainer's grpo plugin gets it through TrainConfig)
+CLIP_EPS = 0.2
 
 
 def make_items(vocab: int) -> list[TrainItem]:
@@ -60,7 +62,7 @@ def plain_step(model_dir: str, items: list[TrainItem], config: TrainConfig) -> C
             logits = model(input_ids=batch.input_ids, position_ids=batch.position_ids).logits
             logprobs, entropy = token_logprobs(logits, batch.targets, config.temperature)
             terms = ppo_clip_loss(logprobs, batch.old_logprobs, batch.advantages, batch.mask,
-                                  clip_eps=config.clip_eps, entropy=entropy.detach())
+                                  clip_eps=CLIP_EPS, entropy=entropy.detach())
             (terms.loss / total).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
         optimizer.step()
@@ -106,7 +108,7 @@ def main() -> int:
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 10
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
-    config = TrainConfig(lr=1e-4, micro_batch_size=MICRO_BATCH)
+    config = TrainConfig(lr=1e-4, micro_batch_size=MICRO_BATCH, clip_eps=CLIP_EPS)
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = str(build_tiny_model(tmp))
         from rollyard.training.checkpoint import read_hf_config
