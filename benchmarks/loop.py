@@ -67,7 +67,8 @@ def run_mode(args: argparse.Namespace, mode: str, model: Path, out: Path, tag: s
 
 def run_trl(args: argparse.Namespace, vpy: Path, model: Path, out: Path, tag: str) -> dict:
     """TRL's GRPOTrainer on the same configuration, through vs_trl.py."""
-    run = vs_trl.run_trl(args, vpy, "copy", model, out, args.trl_lr, args.trl_budget, tag)
+    run = vs_trl.run_trl(args, vpy, "copy", args.seed, model, out, args.trl_lr,
+                         args.trl_budget, tag)
     curve = run["curve"]
     # steps after the first, over the time from the first step's end to the last one's
     span = curve[-1][0] - curve[0][0]
