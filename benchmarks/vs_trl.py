@@ -18,9 +18,8 @@ Set-up. TRL lives in its own virtual environment, built on first use from pinned
 (``torch==2.13.0`` CPU as in rollyard's, ``trl==1.16.0``, ``transformers==5.24.0``) under
 ``benchmarks/.trl-venv`` (``--venv``; rebuilt when the pins change), never in rollyard's. One tiny
 model per seed is written with ``rollyard init-model --seed S`` and both frameworks start from
-it. Nothing of
-rollyard is imported: it runs as ``rollyard train`` in a subprocess and is read back from what
-that writes (``metrics.jsonl``, ``samples.jsonl``).
+it. Nothing of rollyard is imported: it runs as ``rollyard train`` in a subprocess and is read
+back from what that writes (``metrics.jsonl``, ``samples.jsonl``).
 
 The task. rollyard: ``--rollout-plugin toy --toy-operation OP --groups-per-step 16 --group-size
 8 --max-new-tokens 6 --model DIR --seed S`` and otherwise its defaults (``--rollyard-arg``
@@ -373,9 +372,10 @@ def check_against_rollyard(rollyard_run: dict, trl_run: dict | None, op: str,
     (dynamic sampling); TRL is fed the same sequence 16 per step. So the tasks of rollyard's
     steps 1..k must be the first n_k of the sequence, n_k being the groups it drew so far."""
     notes = []
+    where = f"{op} seed {seed}"
     samples_file = Path(rollyard_run["run_dir"]) / "samples.jsonl"
     if not samples_file.exists():
-        return [f"{op}: no samples.jsonl in the rollyard run; task and reward not checked"]
+        return [f"{where}: no samples.jsonl in the rollyard run; task and reward not checked"]
     groups: dict[int, dict[str, str]] = {}
     prompt_ids: dict[str, list[int]] = {}
     checked_samples: list[tuple[str, str, float]] = []
@@ -400,13 +400,13 @@ def check_against_rollyard(rollyard_run: dict, trl_run: dict | None, op: str,
         seen.update(groups[s].values())
         same_tasks &= seen == Counter(t["id"] for t in sequence[:sum(seen.values())])
     extra = drawn - GROUPS * len(steps)
-    notes.append(f"{op}: the tasks of rollyard's steps 1-{len(steps)} "
+    notes.append(f"{where}: the tasks of rollyard's steps 1-{len(steps)} "
                  f"{'are' if same_tasks else 'are NOT'} the task sequence TRL was fed"
                  + (f" (rollyard drew {extra} extra groups by resampling, so its prompts run "
                     "ahead of TRL's)" if extra else " (step for step)"))
     bad = sum(abs(toy_task.total_reward(c, answers.get(t, "\0")) - r) > 1e-9
               for c, t, r in checked_samples)
-    notes.append(f"{op}: rewards of {len(checked_samples)} rollyard samples recomputed with "
+    notes.append(f"{where}: rewards of {len(checked_samples)} rollyard samples recomputed with "
                  f"TRL's reward functions: {'all equal' if not bad else f'{bad} DIFFER'}")
     if trl_run and Path(trl_run["prompts_file"]).exists():
         trl_prompts = json.loads(Path(trl_run["prompts_file"]).read_text())
@@ -417,7 +417,7 @@ def check_against_rollyard(rollyard_run: dict, trl_run: dict | None, op: str,
                 if task["id"] in prompt_ids:
                     compared += 1
                     differ += got != prompt_ids[task["id"]]
-        notes.append(f"{op}: prompt token ids TRL built for {compared} prompts of its first "
+        notes.append(f"{where}: prompt token ids TRL built for {compared} prompts of its first "
                      f"{len(trl_prompts)} steps: "
                      + (f"{differ} DIFFER from" if differ else "equal to") + " rollyard's")
     return notes
@@ -461,7 +461,7 @@ def mean_table(runs: list[dict]) -> str:
         rows.append([*key, str(len(group)),
                      fmt(sum(r["steps_per_s"] for r in group) / len(group), ".2f"),
                      fmt(sum(best) / len(best) if best else None),
-                     f"{fmt(min(best, default=None))}-{fmt(max(best, default=None))}",
+                     f"{fmt(min(best))}-{fmt(max(best))}" if best else "-",
                      fmt(sum(ends) / len(ends) if ends else None),
                      *(f"{sum(r['reach'][f'{level:g}'] is not None for r in group)}"
                        f"/{len(group)}" for level in THRESHOLDS)])
@@ -575,8 +575,7 @@ def main(argv: list[str] | None = None) -> int:
                                         args.budget, "main"), args.budget)
             runs.append(trl)
         if ry is not None:
-            notes.extend(f"seed {seed}: {note}" for note in
-                         check_against_rollyard(ry, trl, op, seed))
+            notes.extend(check_against_rollyard(ry, trl, op, seed))
         for run in (ry, trl):
             if run is None or not run["curve"]:
                 continue
