@@ -33,6 +33,24 @@ def test_response_data_sits_at_the_positions_that_predict_it() -> None:
     assert batch.position_ids[1].tolist() == list(range(7))
 
 
+def test_trainer_logprobs_are_aligned_like_the_rollout_logprobs() -> None:
+    items = [_item(2, 3), _item(1, 2)]
+    for item in items:
+        item.trainer_logprobs = [lp - 1.0 for lp in item.logprobs]
+    batch = collate(items)
+    assert batch.trainer_logprobs is not None
+    expected = torch.tensor([[0, -1, -1, -1, 0], [-1, -1, 0, 0, 0]], dtype=torch.float32)
+    assert torch.allclose(batch.trainer_logprobs - batch.old_logprobs, expected)
+    assert collate([_item(1, 2), items[0]]).trainer_logprobs is None
+
+
+def test_an_item_whose_logprobs_do_not_match_its_response_is_refused() -> None:
+    item = _item(2, 3)
+    item.logprobs.pop()
+    with pytest.raises(ValueError, match="3 response tokens but 2 logprobs and 3 loss-mask"):
+        collate([item])
+
+
 def test_padding_is_on_the_right_and_never_trained() -> None:
     batch = collate([_item(2, 5), _item(1, 2)])
     assert batch.input_ids[1, 3:].tolist() == [0] * 4

@@ -21,6 +21,7 @@ EXPECTED_TARGETS = [
     "torch.cuda.set_rng_state", "torch.cuda.manual_seed",
     "megatron.core.tensor_parallel.random._get_cuda_rng_state",
     "megatron.core.tensor_parallel.random._set_cuda_rng_state",
+    "megatron.core.fusions.fused_softmax.get_default_causal_mask",
     "torch.overrides.TorchFunctionMode(CudaToCpuMode)",
 ]
 
@@ -44,6 +45,15 @@ CHECK = textwrap.dedent("""
     report["to_cuda"] = torch.ones(2).to("cuda:0").device.type
     report["type_name"] = torch.ones(2).type()
     report["causal_mask"] = get_default_causal_mask(3).tolist()
+    from megatron.core.fusions import fused_softmax
+    with cpu_compat.native_compute():
+        try:
+            torch.empty(2, device="cuda")
+            report["native_literal_device"] = "cpu"
+        except (AssertionError, RuntimeError):
+            report["native_literal_device"] = "refused"
+        report["native_causal_mask"] = fused_softmax.get_default_causal_mask(3).tolist()
+    report["literal_device_after_native"] = torch.empty(2, device="cuda").device.type
     tracker = get_cuda_rng_tracker()
     tracker.add("rollyard-test", 1234)
     with tracker.fork("rollyard-test"):
@@ -79,6 +89,10 @@ def test_every_patch_applies_and_megatron_trains_on_cpu(tmp_path: Path) -> None:
     assert report["type_name"] == "torch.cuda.FloatTensor"
     assert report["causal_mask"] == [[False, True, True], [False, False, True],
                                      [False, False, False]]
+    # the model's forward and backward run without the mode, which is back afterwards
+    assert report["native_literal_device"] == "refused"
+    assert report["native_causal_mask"] == report["causal_mask"]
+    assert report["literal_device_after_native"] == "cpu"
     assert report["rng_fork_differs"]
     step = report["step"]
     assert step["update_skipped"] == 0.0 and step["grad_norm"] > 0

@@ -59,28 +59,44 @@ def check_item(item: TrainItem, where: str, max_len: int, vocab_size: int) -> No
                           f"vocabulary of {vocab_size}")
 
 
+def _response_rows(items: list[TrainItem], values: list[list[float]],
+                   width: int) -> list[list[float]]:
+    """Each item's per-response-token ``values`` at the positions that predict those tokens,
+    zero elsewhere, as rows of ``width``."""
+    rows = []
+    for item, row_values in zip(items, values):
+        start, end = item.prompt_len - 1, len(item.tokens) - 1
+        rows.append([0.0] * start + list(row_values) + [0.0] * (width - end))
+    return rows
+
+
 def collate(items: list[TrainItem]) -> MicroBatch:
-    """Right-pad ``items`` into one micro-batch."""
+    """Right-pad ``items`` into one micro-batch.
+
+    The rows are built as Python lists and turned into tensors once per field: a tensor
+    operation per row would cost more than the model's forward pass on a batch of short
+    samples.
+    """
     width = max(len(item.tokens) for item in items)
-    b = len(items)
-    input_ids = torch.zeros(b, width, dtype=torch.long)
-    targets = torch.zeros(b, width, dtype=torch.long)
-    old_logprobs = torch.zeros(b, width)
-    advantages = torch.zeros(b, width)
-    mask = torch.zeros(b, width)
-    trainer = (torch.zeros(b, width)
+    for item in items:
+        responses = len(item.tokens) - item.prompt_len
+        if not len(item.logprobs) == len(item.loss_mask) == responses:
+            raise ValueError(
+                f"a train item has {responses} response tokens but {len(item.logprobs)} "
+                f"logprobs and {len(item.loss_mask)} loss-mask entries")
+    input_ids = torch.tensor([item.tokens + [0] * (width - len(item.tokens)) for item in items])
+    targets = torch.tensor([item.tokens[1:] + [0] * (width - len(item.tokens) + 1)
+                            for item in items])
+
+    def response(values: list[list[float]]) -> torch.Tensor:
+        return torch.tensor(_response_rows(items, values, width), dtype=torch.float32)
+
+    old_logprobs = response([item.logprobs for item in items])
+    mask = response([item.loss_mask for item in items])
+    advantages = response([[item.advantage] * len(item.loss_mask) for item in items])
+    trainer = (response([item.trainer_logprobs for item in items])  # type: ignore[misc]
                if all(item.trainer_logprobs is not None for item in items) else None)
-    for row, item in enumerate(items):
-        n = len(item.tokens)
-        input_ids[row, :n] = torch.tensor(item.tokens)
-        targets[row, : n - 1] = input_ids[row, 1:n]
-        start, end = item.prompt_len - 1, n - 1
-        old_logprobs[row, start:end] = torch.tensor(item.logprobs, dtype=torch.float32)
-        mask[row, start:end] = torch.tensor(item.loss_mask, dtype=torch.float32)
-        advantages[row, start:end] = item.advantage
-        if trainer is not None:
-            trainer[row, start:end] = torch.tensor(item.trainer_logprobs, dtype=torch.float32)
-    position_ids = torch.arange(width).unsqueeze(0).expand(b, -1).contiguous()
+    position_ids = torch.arange(width).unsqueeze(0).expand(len(items), -1).contiguous()
     return MicroBatch(input_ids, position_ids, targets, old_logprobs, advantages, mask, trainer)
 
 

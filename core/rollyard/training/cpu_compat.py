@@ -6,12 +6,17 @@ keeps the tensor-parallel RNG states with ``torch.cuda.get_rng_state``, compares
 ``param.type()`` with ``"torch.cuda.FloatTensor"`` and calls ``torch.cuda.synchronize()``.
 :func:`apply` makes every one of these work on the CPU:
 
-* ``torch.cuda.current_device`` returns 0, ``synchronize`` does nothing, and the CUDA RNG
-  functions (``get_rng_state``, ``set_rng_state``, ``manual_seed``) use the CPU generator;
+* ``torch.cuda.current_device`` returns the CPU device (not 0, which names a CUDA device
+  outside the mode), ``synchronize`` does nothing, and the CUDA RNG functions
+  (``get_rng_state``, ``set_rng_state``, ``manual_seed``) use the CPU generator;
 * megatron's private ``_get_cuda_rng_state`` / ``_set_cuda_rng_state`` use the CPU generator;
 * one :class:`torch.overrides.TorchFunctionMode`, entered for the rest of the process, maps a
   CUDA device argument (``"cuda"``, ``"cuda:N"``, an int) to the CPU, makes ``Tensor.cuda()``
-  a no-op and reports CPU float tensors under their ``torch.cuda.*`` type names.
+  a no-op and reports CPU float tensors under their ``torch.cuda.*`` type names;
+* the causal mask of megatron's softmax is built on the CPU, so that the model's forward and
+  backward, the bulk of a step's torch calls, can run with the mode suspended
+  (:func:`native_compute`): the mode sees every torch call in Python, which costs a few
+  percent of a small model's step.
 
 :func:`apply` does nothing when CUDA is available and is idempotent. It raises
 ``RuntimeError`` naming the patch when a target it expects is missing, so an upgrade of
@@ -20,10 +25,13 @@ megatron-core that moves a target fails loudly instead of silently running unpat
 
 from __future__ import annotations
 
+import contextlib
+import functools
+from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch.overrides import TorchFunctionMode
+from torch.overrides import TorchFunctionMode, _get_current_function_mode, _pop_mode_temporarily
 
 _CUDA_TYPE_NAMES = {
     "torch.FloatTensor": "torch.cuda.FloatTensor",
@@ -31,6 +39,7 @@ _CUDA_TYPE_NAMES = {
     "torch.BFloat16Tensor": "torch.cuda.BFloat16Tensor",
 }
 
+_CPU = torch.device("cpu")
 _mode: TorchFunctionMode | None = None
 _applied: list[str] = []
 
@@ -75,6 +84,26 @@ def _cpu_manual_seed(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+@functools.lru_cache(maxsize=32)
+def _cpu_causal_mask(sq: int) -> torch.Tensor:
+    """megatron's default causal mask (True above the diagonal: masked), on the CPU."""
+    return torch.triu(torch.ones(sq, sq, dtype=torch.bool), diagonal=1)
+
+
+@contextlib.contextmanager
+def native_compute() -> Iterator[None]:
+    """Run the body without the CUDA-to-CPU mode (a no-op when it is not the active mode).
+
+    For the model's forward, the loss and the backward pass: megatron-core code that builds
+    tensors on a literal CUDA device (the optimizer, grad clipping, set-up) must stay outside.
+    """
+    if _mode is None or _get_current_function_mode() is not _mode:
+        yield
+        return
+    with _pop_mode_temporarily():
+        yield
+
+
 def _patch(owner: Any, name: str, value: Any) -> None:
     if not hasattr(owner, name):
         raise RuntimeError(
@@ -89,15 +118,17 @@ def apply() -> list[str]:
     global _mode
     if torch.cuda.is_available() or _mode is not None:
         return list(_applied)
+    from megatron.core.fusions import fused_softmax
     from megatron.core.tensor_parallel import random as mcore_random
 
-    _patch(torch.cuda, "current_device", lambda: 0)
+    _patch(torch.cuda, "current_device", lambda: _CPU)
     _patch(torch.cuda, "synchronize", lambda *_a, **_k: None)
     _patch(torch.cuda, "get_rng_state", _cpu_get_rng_state)
     _patch(torch.cuda, "set_rng_state", _cpu_set_rng_state)
     _patch(torch.cuda, "manual_seed", _cpu_manual_seed)
     _patch(mcore_random, "_get_cuda_rng_state", _cpu_get_rng_state)
     _patch(mcore_random, "_set_cuda_rng_state", _cpu_set_rng_state)
+    _patch(fused_softmax, "get_default_causal_mask", _cpu_causal_mask)
     _mode = CudaToCpuMode()
     _mode.__enter__()
     _applied.append("torch.overrides.TorchFunctionMode(CudaToCpuMode)")

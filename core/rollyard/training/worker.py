@@ -159,7 +159,6 @@ class MegatronWorker:
         """
         from megatron.core.distributed import finalize_model_grads
 
-        cfg = self.config
         if not isinstance(step, StepInfo):
             step = StepInfo(sequences=len(items), tokens=float(step), max_response_len=max(
                 (len(item.loss_mask) for item in items), default=1))
@@ -167,6 +166,24 @@ class MegatronWorker:
         self.ddp.train()
         self.ddp.zero_grad_buffer()
         self.optimizer.zero_grad()
+        with cpu_compat.native_compute():
+            sums, problem = self._forward_backward(items, step)
+        self._stop_if_any_rank_failed(problem)
+        # Data-parallel all-reduce, plus the sum over tensor-parallel ranks of the q/k norm
+        # grads (each rank only sees its own heads).
+        finalize_model_grads([self.ddp])
+        self.scheduler.step(1 if first_update else 0)
+        updated, grad_norm, _ = self.optimizer.step()
+        return {**sums, "grad_norm": float(grad_norm if grad_norm is not None else 0.0),
+                "lr": float(self.optimizer.param_groups[0]["lr"]),
+                "update_skipped": float(not updated),
+                "step_time": time.perf_counter() - start}
+
+    def _forward_backward(self, items: list[TrainItem],
+                          step: StepInfo) -> tuple[dict[str, float], str | None]:
+        """Accumulate the gradients of every micro-batch of ``items``; the loss terms' sums,
+        and what was wrong with the algorithm's loss if a micro-batch's was unusable."""
+        cfg = self.config
         sums: dict[str, float] = defaultdict(float)
         problem = None
         for batch in micro_batches(items, cfg.micro_batch_size, cfg.micro_batch_tokens):
@@ -194,16 +211,7 @@ class MegatronWorker:
                         "tokens", "tis_ratio", "tis_truncated"):
                 sums[key] += getattr(terms, key)
             sums["tis_ratio_max"] = max(sums["tis_ratio_max"], terms.tis_ratio_max)
-        self._stop_if_any_rank_failed(problem)
-        # Data-parallel all-reduce, plus the sum over tensor-parallel ranks of the q/k norm
-        # grads (each rank only sees its own heads).
-        finalize_model_grads([self.ddp])
-        self.scheduler.step(1 if first_update else 0)
-        updated, grad_norm, _ = self.optimizer.step()
-        return {**sums, "grad_norm": float(grad_norm if grad_norm is not None else 0.0),
-                "lr": float(self.optimizer.param_groups[0]["lr"]),
-                "update_skipped": float(not updated),
-                "step_time": time.perf_counter() - start}
+        return sums, problem
 
     def _stop_if_any_rank_failed(self, problem: str | None) -> None:
         """Every rank learns whether any rank's loss was unusable (one scalar all-reduce per
@@ -233,12 +241,14 @@ class MegatronWorker:
         """Current-policy logprobs of each item's response tokens (engine definition)."""
         self.ddp.eval()
         out = []
-        for chunk in chunks(items, self.config.micro_batch_size, self.config.micro_batch_tokens):
-            batch = self._on_device(collate(chunk))
-            logits = self.ddp(batch.input_ids, batch.position_ids, None)
-            chosen, _ = token_logprobs(logits, batch.targets, self.config.temperature)
-            out += [chosen[row, item.prompt_len - 1: len(item.tokens) - 1].cpu().tolist()
-                    for row, item in enumerate(chunk)]
+        with cpu_compat.native_compute():
+            for chunk in chunks(items, self.config.micro_batch_size,
+                                self.config.micro_batch_tokens):
+                batch = self._on_device(collate(chunk))
+                logits = self.ddp(batch.input_ids, batch.position_ids, None)
+                chosen, _ = token_logprobs(logits, batch.targets, self.config.temperature)
+                out += [chosen[row, item.prompt_len - 1: len(item.tokens) - 1].cpu().tolist()
+                        for row, item in enumerate(chunk)]
         return out
 
     # In-memory weight sync (rollyard.training.weight_sync): rank 0 of the train group is
