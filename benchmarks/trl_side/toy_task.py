@@ -68,7 +68,8 @@ def exact_match(completion: str, answer: str) -> float:
 
 
 def char_f1(completion: str, answer: str) -> float:
-    """CharF1: 0.5 × F1 of the character multisets + 0.5 × share of answer characters in place."""
+    """CharF1: 0.5 × F1 of the character multisets + 0.5 × share of positions holding the
+    answer's character, over the longer of completion and answer."""
     completion, answer = completion.strip(), answer.strip()
     if not completion or not answer:
         return 0.0
@@ -77,7 +78,7 @@ def char_f1(completion: str, answer: str) -> float:
         return 0.0
     precision, recall = overlap / len(completion), overlap / len(answer)
     f1 = 2 * precision * recall / (precision + recall)
-    in_place = sum(a == b for a, b in zip(completion, answer)) / len(answer)
+    in_place = sum(a == b for a, b in zip(completion, answer)) / max(len(completion), len(answer))
     return 0.5 * f1 + 0.5 * in_place
 
 

@@ -25,8 +25,10 @@ class ExactMatch(Reward):
 
 
 class CharF1(Reward):
-    """Partial credit: F1 of the multisets of characters of completion and answer, times a
-    positional bonus for characters in the right place. Gives a smooth signal to tiny models."""
+    """Partial credit for tiny models: half the F1 of the multisets of characters of
+    completion and answer, half the share of positions holding the answer's character, counted
+    over the longer of the two, so characters written after the answer cost as much as
+    characters missing from it."""
 
     name = "char-f1"
 
@@ -39,7 +41,8 @@ class CharF1(Reward):
             return 0.0
         precision, recall = overlap / len(completion), overlap / len(answer)
         f1 = 2 * precision * recall / (precision + recall)
-        in_place = sum(a == b for a, b in zip(completion, answer)) / len(answer)
+        in_place = (sum(a == b for a, b in zip(completion, answer))
+                    / max(len(completion), len(answer)))
         return 0.5 * f1 + 0.5 * in_place
 
 

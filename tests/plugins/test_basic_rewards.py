@@ -30,13 +30,19 @@ def test_exact_match(completion, answer, expected):
 @pytest.mark.parametrize("completion, answer, expected", [
     ("abc", "abc", 1.0),            # f1 1, all in place
     ("ba", "ab", 0.5),              # f1 1, none in place
-    ("abc", "ab", 0.9),             # precision 2/3, recall 1 -> f1 0.8; in place 2/2
+    ("abc", "ab", 0.4 + 1 / 3),     # precision 2/3, recall 1 -> f1 0.8; in place 2 of 3
     ("a", "ab", (2 / 3) / 2 + 0.25),  # precision 1, recall 1/2 -> f1 2/3; in place 1/2
     ("xyz", "ab", 0.0), ("", "ab", 0.0), ("ab", "", 0.0),
     (" ab ", "ab", 1.0),
 ])
 def test_char_f1(completion, answer, expected):
     assert scored(CharF1, completion, answer) == pytest.approx(expected)
+
+
+def test_char_f1_charges_characters_after_the_answer_like_missing_ones():
+    # the answer followed by noise scores below a partial answer that stops
+    assert scored(CharF1, "ab" + "x" * 22, "ab") < scored(CharF1, "a", "ab")
+    assert scored(CharF1, "abab", "ab") == pytest.approx(0.5 * (2 / 3) + 0.5 * (2 / 4))
 
 
 def test_char_f1_rises_as_the_answer_gets_closer():
