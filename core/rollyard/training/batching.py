@@ -73,9 +73,8 @@ def _response_rows(items: list[TrainItem], values: list[list[float]],
 def collate(items: list[TrainItem]) -> MicroBatch:
     """Right-pad ``items`` into one micro-batch.
 
-    The rows are built as Python lists and turned into tensors once per field: a tensor
-    operation per row would cost more than the model's forward pass on a batch of short
-    samples.
+    The rows are built as Python lists and turned into tensors once per field: tensor
+    operations per row cost about a tenth of a toy update (128 short samples) on a CPU.
     """
     width = max(len(item.tokens) for item in items)
     for item in items:
