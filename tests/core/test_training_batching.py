@@ -33,6 +33,20 @@ def test_response_data_sits_at_the_positions_that_predict_it() -> None:
     assert batch.position_ids[1].tolist() == list(range(7))
 
 
+def test_only_positions_that_can_predict_a_response_token_are_scored() -> None:
+    long, short = _item(4, 3, advantage=2.0), _item(3, 2, advantage=-1.0)
+    batch = collate([long, short])
+    # the shortest prompt has 3 tokens: positions 0 and 1 predict prompt tokens in every row
+    assert batch.scored_from == 2
+    assert batch.input_ids.shape == (2, 7) and batch.targets.shape == (2, 5)
+    # column j is position 2 + j: long's first response token (position 4) is at column 1
+    assert batch.targets[0, 1:4].tolist() == long.tokens[4:7]
+    assert batch.old_logprobs[0, 1:4].tolist() == pytest.approx(long.logprobs)
+    assert batch.mask.tolist() == [[0, 1, 1, 0, 0], [1, 0, 0, 0, 0]]
+    assert batch.advantages[1, :2].tolist() == [-1.0, -1.0] and batch.advantages[1, 2:].sum() == 0
+    assert batch.old_logprobs[1, :2].tolist() == pytest.approx(short.logprobs)
+
+
 def test_trainer_logprobs_are_aligned_like_the_rollout_logprobs() -> None:
     items = [_item(2, 3), _item(1, 2)]
     for item in items:

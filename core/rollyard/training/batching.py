@@ -4,6 +4,11 @@ Position ``t`` of a micro-batch predicts token ``t + 1``; response token ``i`` o
 (absolute position ``prompt_len + i``) is therefore scored at position ``prompt_len + i - 1``.
 Padding sits at the right end of each row, so with causal attention it never influences the
 real tokens, and its mask is zero.
+
+Only the positions that can predict a response token are scored: a micro-batch's per-token
+tensors start at column ``scored_from`` (its shortest prompt, less one), so the model's output
+layer, the log-softmax and the loss skip the prompt positions before it (most of a row when
+prompts are long and responses short, as in most RL tasks).
 """
 
 from __future__ import annotations
@@ -31,15 +36,21 @@ class TrainItem:
 
 @dataclass
 class MicroBatch:
-    """Tensors of one forward/backward pass; every [b, s] tensor is aligned to predictions."""
+    """Tensors of one forward/backward pass.
+
+    ``input_ids`` and ``position_ids`` are [b, s]; the per-token tensors are [b, s - f] with
+    ``f = scored_from``: their column ``j`` is position ``f + j``, which predicts token
+    ``f + j + 1``.
+    """
 
     input_ids: torch.Tensor  # [b, s] long
     position_ids: torch.Tensor  # [b, s] long
-    targets: torch.Tensor  # [b, s] long, the token each position predicts
-    old_logprobs: torch.Tensor  # [b, s] float, rollout logprobs
-    advantages: torch.Tensor  # [b, s] float
-    mask: torch.Tensor  # [b, s] float, 1 on trained response tokens
-    trainer_logprobs: torch.Tensor | None = None  # [b, s] float, see TrainItem
+    targets: torch.Tensor  # [b, s - f] long, the token each scored position predicts
+    old_logprobs: torch.Tensor  # [b, s - f] float, rollout logprobs
+    advantages: torch.Tensor  # [b, s - f] float
+    mask: torch.Tensor  # [b, s - f] float, 1 on trained response tokens
+    trainer_logprobs: torch.Tensor | None = None  # [b, s - f] float, see TrainItem
+    scored_from: int = 0  # first position that predicts a response token in some row
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -59,14 +70,19 @@ def check_item(item: TrainItem, where: str, max_len: int, vocab_size: int) -> No
                           f"vocabulary of {vocab_size}")
 
 
-def _response_rows(items: list[TrainItem], values: list[list[float]],
+def scored_from(items: list[TrainItem]) -> int:
+    """The first position of a micro-batch of ``items`` that predicts a response token."""
+    return min(item.prompt_len for item in items) - 1
+
+
+def _response_rows(items: list[TrainItem], values: list[list[float]], first: int,
                    width: int) -> list[list[float]]:
     """Each item's per-response-token ``values`` at the positions that predict those tokens,
-    zero elsewhere, as rows of ``width``."""
+    zero elsewhere, as rows of positions ``first`` to ``width - 1``."""
     rows = []
     for item, row_values in zip(items, values):
         start, end = item.prompt_len - 1, len(item.tokens) - 1
-        rows.append([0.0] * start + list(row_values) + [0.0] * (width - end))
+        rows.append([0.0] * (start - first) + list(row_values) + [0.0] * (width - end))
     return rows
 
 
@@ -77,12 +93,13 @@ def collate(items: list[TrainItem]) -> MicroBatch:
     operations per row cost about a tenth of a toy update (128 short samples) on a CPU.
     """
     width = max(len(item.tokens) for item in items)
+    first = scored_from(items)
     input_ids = torch.tensor([item.tokens + [0] * (width - len(item.tokens)) for item in items])
-    targets = torch.tensor([item.tokens[1:] + [0] * (width - len(item.tokens) + 1)
+    targets = torch.tensor([item.tokens[first + 1:] + [0] * (width - len(item.tokens) + 1)
                             for item in items])
 
     def response(values: list[list[float]]) -> torch.Tensor:
-        return torch.tensor(_response_rows(items, values, width), dtype=torch.float32)
+        return torch.tensor(_response_rows(items, values, first, width), dtype=torch.float32)
 
     old_logprobs = response([item.logprobs for item in items])
     mask = response([item.loss_mask for item in items])
@@ -90,7 +107,8 @@ def collate(items: list[TrainItem]) -> MicroBatch:
     trainer = (response([item.trainer_logprobs for item in items])  # type: ignore[misc]
                if all(item.trainer_logprobs is not None for item in items) else None)
     position_ids = torch.arange(width).unsqueeze(0).expand(len(items), -1).contiguous()
-    return MicroBatch(input_ids, position_ids, targets, old_logprobs, advantages, mask, trainer)
+    return MicroBatch(input_ids, position_ids, targets, old_logprobs, advantages, mask, trainer,
+                      first)
 
 
 def chunks(items: list[TrainItem], max_rows: int,

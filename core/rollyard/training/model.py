@@ -7,6 +7,8 @@ config field, before any process is started.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from rollyard.errors import ConfigError
@@ -90,3 +92,22 @@ def build_gpt_model(config: dict[str, Any], tp: int) -> Any:
         position_embedding_type="rope", rotary_base=_rope_theta(config), rotary_percent=1.0,
         share_embeddings_and_output_weights=shape.tied_embeddings, parallel_output=False,
     )
+
+
+@contextmanager
+def logits_from(model: Any, first: int) -> Iterator[None]:
+    """Within the block, ``model`` (a ``GPTModel`` built here) computes logits only for the
+    positions from ``first`` on: its output layer gets the hidden states of those positions
+    ([s, b, h], sliced along s), so the logits are [b, s - first, V]."""
+    if first <= 0:
+        yield
+        return
+
+    def keep_scored(_module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        return (args[0][first:], *args[1:]), kwargs
+
+    handle = model.output_layer.register_forward_pre_hook(keep_scored, with_kwargs=True)
+    try:
+        yield
+    finally:
+        handle.remove()

@@ -29,7 +29,7 @@ from rollyard.training.batching import MicroBatch, TrainItem, chunks, collate, m
 from rollyard.training.checkpoint import load_hf_weights, read_hf_config, write_hf_folder
 from rollyard.training.config import TrainConfig
 from rollyard.training.convert import ModelShape, hf_to_megatron, megatron_to_hf
-from rollyard.training.model import build_gpt_model
+from rollyard.training.model import build_gpt_model, logits_from
 
 # A rank that waits this long in a collective gives up: its peer is dead or stuck.
 COLLECTIVE_TIMEOUT_S = 600
@@ -142,7 +142,7 @@ class MegatronWorker:
     def _on_device(self, batch: MicroBatch) -> MicroBatch:
         return MicroBatch(*(None if t is None else t.to(self.device) for t in (
             batch.input_ids, batch.position_ids, batch.targets, batch.old_logprobs,
-            batch.advantages, batch.mask, batch.trainer_logprobs)))
+            batch.advantages, batch.mask, batch.trainer_logprobs)), batch.scored_from)
 
     def train_step(self, items: list[TrainItem], step: StepInfo | float,
                    first_update: bool = True) -> dict[str, float]:
@@ -188,13 +188,14 @@ class MegatronWorker:
         problem = None
         for batch in micro_batches(items, cfg.micro_batch_size, cfg.micro_batch_tokens):
             batch = self._on_device(batch)
-            logits = self.ddp(batch.input_ids, batch.position_ids, None)
+            with logits_from(self.model, batch.scored_from):
+                logits = self.ddp(batch.input_ids, batch.position_ids, None)
             logprobs, entropy = token_logprobs(logits, batch.targets, cfg.temperature)
             ref_logprobs = None
             if self.reference is not None:
-                with torch.no_grad():
+                with torch.no_grad(), logits_from(self.reference, batch.scored_from):
                     ref_logits = self.reference(batch.input_ids, batch.position_ids, None)
-                    ref_logprobs, _ = token_logprobs(ref_logits, batch.targets, cfg.temperature)
+                ref_logprobs, _ = token_logprobs(ref_logits, batch.targets, cfg.temperature)
             try:
                 terms = micro_batch_loss(
                     self.algorithm, logprobs, batch.old_logprobs, batch.advantages, batch.mask,
@@ -245,9 +246,12 @@ class MegatronWorker:
             for chunk in chunks(items, self.config.micro_batch_size,
                                 self.config.micro_batch_tokens):
                 batch = self._on_device(collate(chunk))
-                logits = self.ddp(batch.input_ids, batch.position_ids, None)
+                with logits_from(self.model, batch.scored_from):
+                    logits = self.ddp(batch.input_ids, batch.position_ids, None)
                 chosen, _ = token_logprobs(logits, batch.targets, self.config.temperature)
-                out += [chosen[row, item.prompt_len - 1: len(item.tokens) - 1].cpu().tolist()
+                first = batch.scored_from
+                out += [chosen[row, item.prompt_len - 1 - first:
+                               len(item.tokens) - 1 - first].cpu().tolist()
                         for row, item in enumerate(chunk)]
         return out
 
