@@ -5,6 +5,7 @@ input (the report of real runs is in tests/e2e/test_checkpoint_resume.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -61,6 +62,22 @@ def test_samples_jsonl_rows_hold_text_outcome_and_version(tmp_path):
     assert (done["status"], done["failure"], done["weight_version"]) == ("completed", None, 3)
     assert done["metadata"] == {"completion": "cd"}  # the text is not repeated there
     assert (lost["status"], lost["failure"]) == ("failed", "reward raised KeyError")
+
+
+def test_samples_jsonl_writes_dataclasses_in_the_metadata_as_objects(tmp_path):
+    @dataclasses.dataclass
+    class Verdict:
+        passed: int
+        where: Path
+
+    logger = JsonlLogger()
+    logger.on_run_start(RunConfig().to_data(), str(tmp_path), 0)
+    sample = samples()[0]
+    sample.metadata["verdict"] = Verdict(2, Path("/tmp/x"))
+    logger.on_samples(1, [sample])
+    row = json.loads((tmp_path / "samples.jsonl").read_text())
+    assert row["metadata"]["verdict"] == {"passed": 2, "where": "/tmp/x"}
+    assert row["tokens"] == [0, 1, 2, 3] and row["loss_mask"] == [1, 1]
 
 
 def test_no_samples_are_logged_with_zero(tmp_path):
