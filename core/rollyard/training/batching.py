@@ -75,14 +75,21 @@ def scored_from(items: list[TrainItem]) -> int:
     return min(item.prompt_len for item in items) - 1
 
 
+def response_columns(item: TrainItem, first: int) -> slice:
+    """The columns, in per-token tensors that start at position ``first``, of the positions
+    that predict ``item``'s response tokens."""
+    return slice(item.prompt_len - 1 - first, len(item.tokens) - 1 - first)
+
+
 def _response_rows(items: list[TrainItem], values: list[list[float]], first: int,
                    width: int) -> list[list[float]]:
     """Each item's per-response-token ``values`` at the positions that predict those tokens,
     zero elsewhere, as rows of positions ``first`` to ``width - 1``."""
     rows = []
     for item, row_values in zip(items, values):
-        start, end = item.prompt_len - 1, len(item.tokens) - 1
-        rows.append([0.0] * (start - first) + list(row_values) + [0.0] * (width - end))
+        columns = response_columns(item, first)
+        rows.append([0.0] * columns.start + list(row_values)
+                    + [0.0] * (width - first - columns.stop))
     return rows
 
 

@@ -25,7 +25,14 @@ from rollyard.training.algorithm import (
     micro_batch_loss,
     token_logprobs,
 )
-from rollyard.training.batching import MicroBatch, TrainItem, chunks, collate, micro_batches
+from rollyard.training.batching import (
+    MicroBatch,
+    TrainItem,
+    chunks,
+    collate,
+    micro_batches,
+    response_columns,
+)
 from rollyard.training.checkpoint import load_hf_weights, read_hf_config, write_hf_folder
 from rollyard.training.config import TrainConfig
 from rollyard.training.convert import ModelShape, hf_to_megatron, megatron_to_hf
@@ -195,7 +202,7 @@ class MegatronWorker:
             if self.reference is not None:
                 with torch.no_grad(), logits_from(self.reference, batch.scored_from):
                     ref_logits = self.reference(batch.input_ids, batch.position_ids, None)
-                ref_logprobs, _ = token_logprobs(ref_logits, batch.targets, cfg.temperature)
+                    ref_logprobs, _ = token_logprobs(ref_logits, batch.targets, cfg.temperature)
             try:
                 terms = micro_batch_loss(
                     self.algorithm, logprobs, batch.old_logprobs, batch.advantages, batch.mask,
@@ -249,9 +256,7 @@ class MegatronWorker:
                 with logits_from(self.model, batch.scored_from):
                     logits = self.ddp(batch.input_ids, batch.position_ids, None)
                 chosen, _ = token_logprobs(logits, batch.targets, self.config.temperature)
-                first = batch.scored_from
-                out += [chosen[row, item.prompt_len - 1 - first:
-                               len(item.tokens) - 1 - first].cpu().tolist()
+                out += [chosen[row, response_columns(item, batch.scored_from)].cpu().tolist()
                         for row, item in enumerate(chunk)]
         return out
 
