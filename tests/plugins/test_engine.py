@@ -185,3 +185,21 @@ def test_rollyard_engine_serve_with_the_abort_policy(tiny_model_dir, other_model
     finally:
         handle.stop()
     assert not handle.alive
+
+
+def test_free_ports_lie_below_the_ephemeral_range(tmp_path, monkeypatch) -> None:
+    import socket
+
+    from rollyard_plugins.embedded_engine import process
+
+    ranges = tmp_path / "ip_local_port_range"
+    ranges.write_text("32768\t60999\n")
+    monkeypatch.setattr(process, "EPHEMERAL_RANGE_FILE", ranges)
+    ports = {free_port() for _ in range(20)}
+    assert all(process.LOWEST_SERVER_PORT <= port < 32768 for port in ports)
+    assert len(ports) > 1  # chosen at random, so that two runs rarely race for one
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", ports.pop()))
+
+    ranges.write_text(f"{process.LOWEST_SERVER_PORT}\t60999\n")  # no room below: the kernel's
+    assert process.LOWEST_SERVER_PORT <= free_port() <= 60999

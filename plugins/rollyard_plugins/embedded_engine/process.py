@@ -9,6 +9,7 @@ from __future__ import annotations
 import atexit
 import os
 import pathlib
+import random
 import signal
 import socket
 import subprocess
@@ -23,11 +24,43 @@ from rollyard import EngineHandle, EngineStartError
 LOG_TAIL_LINES = 30
 
 
+EPHEMERAL_RANGE_FILE = pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range")
+#: Where :func:`free_port` looks when the kernel's ephemeral range leaves room below it.
+LOWEST_SERVER_PORT = 10000
+_PORT_CHOICE = random.SystemRandom()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on right now."""
+    """A TCP port nobody listens on right now, below the kernel's ephemeral range if it can.
+
+    A server that dies is relaunched on its port (the run's URLs do not change). A port from
+    the ephemeral range could meanwhile become the local end of anybody's outgoing
+    connection; a port below it is only ever taken by an explicit ``bind``.
+    """
+    candidates = range(LOWEST_SERVER_PORT, _ephemeral_start())
+    # Not the module's generator: a run seeds it, and two seeded runs would race for one port.
+    for port in _PORT_CHOICE.sample(candidates, min(64, len(candidates))):
+        if _bindable(host, port):
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
+
+
+def _ephemeral_start() -> int:
+    try:
+        return int(EPHEMERAL_RANGE_FILE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return LOWEST_SERVER_PORT  # unknown: let the kernel choose
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def log_tail(path: pathlib.Path, lines: int = LOG_TAIL_LINES) -> str:
