@@ -25,17 +25,20 @@ LOG_TAIL_LINES = 30
 
 
 EPHEMERAL_RANGE_FILE = pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range")
-#: Where :func:`free_port` looks when the kernel's ephemeral range leaves room below it.
-LOWEST_SERVER_PORT = 10000
+#: Where :func:`free_port` starts looking: above Ray's default worker ports (10002-19999),
+#: which Ray's workers bind while a run goes on.
+LOWEST_SERVER_PORT = 20000
 _PORT_CHOICE = random.SystemRandom()
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on right now, below the kernel's ephemeral range if it can.
+    """A TCP port nobody listens on right now, between Ray's worker ports and the kernel's
+    ephemeral range if there is room.
 
     A server that dies is relaunched on its port (the run's URLs do not change). A port from
     the ephemeral range could meanwhile become the local end of anybody's outgoing
-    connection; a port below it is only ever taken by an explicit ``bind``.
+    connection, and one of Ray's worker ports a new Ray worker's; a port between the two is
+    only taken by an explicit ``bind``.
     """
     candidates = range(LOWEST_SERVER_PORT, _ephemeral_start())
     # Not the module's generator: a run seeds it, and two seeded runs would race for one port.
