@@ -95,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--build-trl", action="store_true", help="build the TRL venv first")
     parser.add_argument("--trl-budget", type=float, default=30.0,
                         help="training seconds of each TRL run (default 30)")
-    parser.add_argument("--trl-lr", type=float, default=1e-3)
+    parser.add_argument("--trl-lr", type=float, default=vs_trl.TRL_LR,
+                        help=f"TRL's learning rate (default vs_trl.py's, {vs_trl.TRL_LR:g})")
     parser.add_argument("--trl-threads", type=int, default=1,
                         help="torch threads of the TRL process (vs_trl.py's default, 1)")
     parser.add_argument("--quiet-wait", type=float, default=60.0, metavar="S",

@@ -58,10 +58,11 @@ def plain_step(model_dir: str, items: list[TrainItem], config: TrainConfig) -> C
 
     def step() -> None:
         optimizer.zero_grad()
-        for batch in micro_batches(items, config.micro_batch_size):
-            scored = batch.input_ids.shape[1] - batch.scored_from  # as the trainer: no prompt
-            logits = model(input_ids=batch.input_ids, position_ids=batch.position_ids,
-                           logits_to_keep=scored).logits
+        for batch in micro_batches(items, config.micro_batch_size):  # a row per sample
+            hidden = model.model(input_ids=batch.input_ids,
+                                 position_ids=batch.position_ids).last_hidden_state
+            # as the trainer: logits only where a response token is predicted
+            logits = model.lm_head(hidden[batch.score_rows, batch.score_positions])
             logprobs, entropy = token_logprobs(logits, batch.targets, config.temperature)
             terms = ppo_clip_loss(logprobs, batch.old_logprobs, batch.advantages, batch.mask,
                                   clip_eps=CLIP_EPS, entropy=entropy.detach())

@@ -98,6 +98,8 @@ TRL_PINS = ["trl==1.16.0", "transformers==5.24.0", "tokenizers", "datasets", "ac
             "matplotlib", "torch==2.13.0"]
 TORCH_PIN = "torch==2.13.0"
 GROUPS, GROUP_SIZE, MAX_NEW_TOKENS = 16, 8, 6
+#: TRL's learning rate unless a sweep picks one: the best of the last sweep (docs/training.md)
+TRL_LR = 3e-3
 THRESHOLDS = (0.3, 0.5)
 CHECK_STEPS = 30          # steps of the rollyard run whose tasks and rewards are re-checked
 POLL_S = 0.05
@@ -481,8 +483,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ops", default="copy,reverse", help="toy operations (default both)")
     parser.add_argument("--frameworks", default="rollyard,trl",
                         help="which to run (default both)")
-    parser.add_argument("--trl-lr", type=float, default=3e-3,
-                        help="TRL learning rate when there is no sweep (default 3e-3)")
+    parser.add_argument("--trl-lr", type=float, default=TRL_LR,
+                        help=f"TRL learning rate when there is no sweep (default {TRL_LR:g})")
     parser.add_argument("--trl-threads", type=int, default=1,
                         help="torch threads of the TRL process (default 1; 0: one per core)")
     parser.add_argument("--trl-lr-sweep", metavar="LR,LR,...",

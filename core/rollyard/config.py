@@ -180,6 +180,10 @@ class RunConfig:
                                      help="padded tokens per forward pass (samples × the "
                                           "longest), at most; a longer sample has a pass of "
                                           "its own. Lower it for a large vocabulary or model")
+    share_prompts: bool = option(
+        True, group=TRAINING, help="compute a prompt once for the samples that share it (one "
+                                   "input row: the prompt, then each response, which sees only "
+                                   "the prompt and itself); the loss is the same")
     minibatches: int = option(4, group=TRAINING, check=positive,
                               help="optimizer updates per step: the step's samples are split "
                                    "into this many mini-batches, one update each")

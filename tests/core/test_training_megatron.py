@@ -15,6 +15,7 @@ import pytest
 import torch
 from rollyard import Sample
 from rollyard.training import TrainConfig, TrainGroup
+from rollyard.training.batching import TrainItem, collate
 from rollyard.training.checkpoint import load_hf_weights, read_hf_config
 from rollyard.training.convert import ModelShape, hf_to_megatron, megatron_to_hf
 from rollyard.training.group import minibatch_shares
@@ -70,13 +71,20 @@ def hf_policy_grad_norm(model_dir: str | Path, samples: list[Sample],
 
 
 def make_samples(groups: int, per_group: int, seed: int, rewards: list[float]) -> list[Sample]:
-    """Samples of varied lengths (so micro-batches pad) with placeholder rollout logprobs."""
+    """Samples of varied lengths (so micro-batches pad) with placeholder rollout logprobs.
+
+    The samples of every even group share a long prompt, as a real group does, so the trainer
+    computes it once for them (shared rows); those of the odd groups each have their own.
+    """
     rng = random.Random(seed)
     samples = []
     for g in range(groups):
+        shared = [rng.randrange(SHAPE["vocab_size"]) for _ in range(rng.randint(9, 12))]
         for j in range(per_group):
-            prompt_len, response_len = rng.randint(2, 6), rng.randint(3, 9)
-            tokens = [rng.randrange(SHAPE["vocab_size"]) for _ in range(prompt_len + response_len)]
+            prompt = shared if g % 2 == 0 else [rng.randrange(SHAPE["vocab_size"])
+                                                for _ in range(rng.randint(2, 6))]
+            prompt_len, response_len = len(prompt), rng.randint(3, 9)
+            tokens = prompt + [rng.randrange(SHAPE["vocab_size"]) for _ in range(response_len)]
             samples.append(Sample(tokens=tokens, prompt_len=prompt_len,
                                   loss_mask=[1] * response_len, logprobs=[-1.0] * response_len,
                                   reward=rewards[j % len(rewards)], group_id=f"g{g}",
@@ -150,6 +158,9 @@ class TestTensorParallel2:
     def test_logprobs_agree_with_transformers(self, group: TrainGroup,
                                               qwen3_tied: Path) -> None:
         samples = make_samples(2, 3, seed=0, rewards=[0.0])
+        items = [TrainItem(s.tokens, s.prompt_len, s.loss_mask, s.logprobs, 0.0)
+                 for s in samples]
+        assert collate(items[:3], share_prompts=True).attention_mask is not None  # one row
         ours, theirs = group.logprobs(samples), hf_logprobs(qwen3_tied, samples, 0.7)
         for a, b in zip(ours, theirs, strict=True):
             assert a == pytest.approx(b, abs=1e-4)

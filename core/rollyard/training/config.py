@@ -20,6 +20,8 @@ class TrainConfig:
     ``micro_batch_size`` counts samples per forward pass on one data-parallel rank;
     ``micro_batch_tokens``, when set, also bounds a forward pass's padded tokens (rows × the
     longest row), so short samples share a pass and long ones do not exhaust memory.
+    ``share_prompts`` lets the samples of one prompt share an input row in which the prompt
+    is computed once (:mod:`rollyard.training.batching`); the result is the same.
     ``minibatches`` splits a step's samples into that many optimizer updates (PPO epochs of
     one pass); the ratio of later ones is taken against the rollout's policy.
     ``global_batch_size``, when set, is the number of samples per step the run produces; it is
@@ -54,6 +56,7 @@ class TrainConfig:
     entropy_coef: float = 0.0
     micro_batch_size: int = 8
     micro_batch_tokens: int | None = None
+    share_prompts: bool = True
     minibatches: int = 1
     temperature: float = 1.0
     filter_zero_variance: bool = True

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollyard.errors import ConfigError
 from rollyard.training.convert import ModelShape
+
+if TYPE_CHECKING:
+    from rollyard.training.batching import MicroBatch
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen3")
 
@@ -95,19 +98,29 @@ def build_gpt_model(config: dict[str, Any], tp: int) -> Any:
 
 
 @contextmanager
-def logits_from(model: Any, first: int) -> Iterator[None]:
-    """Within the block, ``model`` (a ``GPTModel`` built here) computes logits only for the
-    positions from ``first`` on: its output layer gets the hidden states of those positions
-    ([s, b, h], sliced along s), so the logits are [b, s - first, V]."""
-    if first <= 0:
-        yield
-        return
+def scoring(model: Any, batch: MicroBatch) -> Iterator[None]:
+    """Within the block, ``model`` (a ``GPTModel`` built here) reads ``batch``'s rows and
+    returns logits only for the positions that predict response tokens, in the batch's
+    per-sample layout: [n, t, V].
 
-    def keep_scored(_module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        return (args[0][first:], *args[1:]), kwargs
+    Two forward hooks, so no Megatron code is patched: the output layer gets the hidden states
+    of the scored positions only, and, when rows are shared by several samples, the rotary
+    embedding follows the batch's position ids (Megatron numbers every row 0..s-1).
+    """
+    rows, positions = batch.score_rows, batch.score_positions
 
-    handle = model.output_layer.register_forward_pre_hook(keep_scored, with_kwargs=True)
+    def scored_only(_module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        hidden = args[0]  # [s, r, h]
+        return (hidden[positions, rows].transpose(0, 1), *args[1:]), kwargs  # [t, n, h]
+
+    def at_positions(_module: Any, _args: tuple, embedding: Any) -> Any:
+        return embedding[batch.position_ids.T, 0, 0].unsqueeze(2)  # [s, 1, 1, d] -> [s, r, 1, d]
+
+    handles = [model.output_layer.register_forward_pre_hook(scored_only, with_kwargs=True)]
+    if batch.attention_mask is not None:
+        handles.append(model.rotary_pos_emb.register_forward_hook(at_positions))
     try:
         yield
     finally:
-        handle.remove()
+        for handle in handles:
+            handle.remove()

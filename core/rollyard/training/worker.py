@@ -25,18 +25,11 @@ from rollyard.training.algorithm import (
     micro_batch_loss,
     token_logprobs,
 )
-from rollyard.training.batching import (
-    MicroBatch,
-    TrainItem,
-    chunks,
-    collate,
-    micro_batches,
-    response_columns,
-)
+from rollyard.training.batching import TrainItem, chunks, collate, micro_batches
 from rollyard.training.checkpoint import load_hf_weights, read_hf_config, write_hf_folder
 from rollyard.training.config import TrainConfig
 from rollyard.training.convert import ModelShape, hf_to_megatron, megatron_to_hf
-from rollyard.training.model import build_gpt_model, logits_from
+from rollyard.training.model import build_gpt_model, scoring
 
 # A rank that waits this long in a collective gives up: its peer is dead or stuck.
 COLLECTIVE_TIMEOUT_S = 600
@@ -146,11 +139,6 @@ class MegatronWorker:
             lr_decay_style=cfg.lr_decay_style, start_wd=cfg.weight_decay,
             end_wd=cfg.weight_decay, wd_incr_steps=decay_steps, wd_incr_style="constant")
 
-    def _on_device(self, batch: MicroBatch) -> MicroBatch:
-        return MicroBatch(*(None if t is None else t.to(self.device) for t in (
-            batch.input_ids, batch.position_ids, batch.targets, batch.old_logprobs,
-            batch.advantages, batch.mask, batch.trainer_logprobs)), batch.scored_from)
-
     def train_step(self, items: list[TrainItem], step: StepInfo | float,
                    first_update: bool = True) -> dict[str, float]:
         """One optimizer step over this rank's ``items``; returns sums and the step's scalars.
@@ -193,15 +181,17 @@ class MegatronWorker:
         cfg = self.config
         sums: dict[str, float] = defaultdict(float)
         problem = None
-        for batch in micro_batches(items, cfg.micro_batch_size, cfg.micro_batch_tokens):
-            batch = self._on_device(batch)
-            with logits_from(self.model, batch.scored_from):
-                logits = self.ddp(batch.input_ids, batch.position_ids, None)
+        for batch in micro_batches(items, cfg.micro_batch_size, cfg.micro_batch_tokens,
+                                   cfg.share_prompts):
+            batch = batch.to(self.device)
+            with scoring(self.model, batch):
+                logits = self.ddp(batch.input_ids, batch.position_ids, batch.attention_mask)
             logprobs, entropy = token_logprobs(logits, batch.targets, cfg.temperature)
             ref_logprobs = None
             if self.reference is not None:
-                with torch.no_grad(), logits_from(self.reference, batch.scored_from):
-                    ref_logits = self.reference(batch.input_ids, batch.position_ids, None)
+                with torch.no_grad(), scoring(self.reference, batch):
+                    ref_logits = self.reference(batch.input_ids, batch.position_ids,
+                                                batch.attention_mask)
                     ref_logprobs, _ = token_logprobs(ref_logits, batch.targets, cfg.temperature)
             try:
                 terms = micro_batch_loss(
@@ -252,12 +242,12 @@ class MegatronWorker:
         with cpu_compat.native_compute():
             for chunk in chunks(items, self.config.micro_batch_size,
                                 self.config.micro_batch_tokens):
-                batch = self._on_device(collate(chunk))
-                with logits_from(self.model, batch.scored_from):
-                    logits = self.ddp(batch.input_ids, batch.position_ids, None)
+                batch = collate(chunk, self.config.share_prompts).to(self.device)
+                with scoring(self.model, batch):
+                    logits = self.ddp(batch.input_ids, batch.position_ids, batch.attention_mask)
                 chosen, _ = token_logprobs(logits, batch.targets, self.config.temperature)
-                out += [chosen[row, response_columns(item, batch.scored_from)].cpu().tolist()
-                        for row, item in enumerate(chunk)]
+                out += [chosen[i, :item.response_len].cpu().tolist()
+                        for i, item in enumerate(chunk)]
         return out
 
     # In-memory weight sync (rollyard.training.weight_sync): rank 0 of the train group is
