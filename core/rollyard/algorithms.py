@@ -68,7 +68,8 @@ class StepInfo:
 
 @dataclass
 class PolicyLossInput:
-    """One micro-batch, every tensor [b, s] and aligned to predictions (a row is a sample).
+    """One micro-batch, every tensor [b, t]: row ``i`` is a sample, column ``j`` its response
+    token ``j`` (padding after a sample's last response token has ``mask`` 0).
 
     ``old_logprobs`` are those the ratio is taken against: the rollout engine's, or the
     trainer's own before this step when truncated importance sampling is on (the trainer then
@@ -87,7 +88,7 @@ class PolicyLossInput:
 
 @dataclass
 class PolicyLoss:
-    """The loss of every token ([b, s]; masked tokens are ignored) and, optionally, where the
+    """The loss of every token ([b, t]; masked tokens are ignored) and, optionally, where the
     ratio was clipped (1 or True there), reported as ``clip_fraction``."""
 
     per_token: torch.Tensor

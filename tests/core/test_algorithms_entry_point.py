@@ -50,13 +50,14 @@ class SignPolicyGradient(Algorithm):
 
 
 class NanOnLongBatches(SignPolicyGradient):
-    """NaN as soon as a micro-batch is wider than 12 positions (so only one rank fails)."""
+    """NaN as soon as a micro-batch holds a response longer than 8 tokens (so only one rank
+    fails)."""
 
     name = "{prefix}-nan"
 
     def policy_loss(self, batch):
         loss = super().policy_loss(batch)
-        if batch.mask.shape[1] > 12:
+        if batch.mask.shape[1] > 8:
             loss.per_token = loss.per_token * float("nan")
         return loss
 

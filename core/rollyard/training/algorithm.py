@@ -33,7 +33,7 @@ def token_logprobs(logits: torch.Tensor, targets: torch.Tensor,
                    temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probabilities of ``targets`` and the entropy, both per position, at ``temperature``.
 
-    ``logits`` is [b, s, V] (position t predicts ``targets[:, t]``), the results are [b, s].
+    ``logits`` is [b, t, V] (column j predicts ``targets[:, j]``), the results are [b, t].
     """
     log_probs = torch.log_softmax(logits.float() / temperature, dim=-1)
     chosen = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
@@ -136,7 +136,7 @@ def micro_batch_loss(algorithm: Algorithm, logprobs: torch.Tensor,
                      trainer_old: torch.Tensor | None = None) -> LossTerms:
     """The algorithm's policy loss (TIS-weighted when ``tis_cap`` is set, aggregated as the
     algorithm says) plus ``kl_coef ×`` KL and minus ``entropy_coef ×`` entropy, both means over
-    the step's tokens. All tensors are [b, s]; ``entropy`` and ``ref_logprobs`` are reported
+    the step's tokens. All tensors are [b, t]; ``entropy`` and ``ref_logprobs`` are reported
     when given and enter the loss only with a non-zero coefficient.
 
     ``trainer_old`` are the trainer's logprobs before the step's first update, when the step
