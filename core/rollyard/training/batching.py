@@ -17,7 +17,7 @@ nothing and is not fed to the model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -67,10 +67,9 @@ class MicroBatch:
         return self.targets.shape[0]
 
     def to(self, device: torch.device | str) -> MicroBatch:
-        return MicroBatch(*(None if t is None else t.to(device) for t in (
-            self.input_ids, self.position_ids, self.score_rows, self.score_positions,
-            self.targets, self.old_logprobs, self.advantages, self.mask, self.trainer_logprobs,
-            self.attention_mask)))
+        tensors = {f.name: getattr(self, f.name) for f in fields(self)}
+        return MicroBatch(**{name: None if t is None else t.to(device)
+                             for name, t in tensors.items()})
 
 
 def check_item(item: TrainItem, where: str, max_len: int, vocab_size: int) -> None:
