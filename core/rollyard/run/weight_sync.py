@@ -202,9 +202,12 @@ class DistributedWeightSync(WeightSync):
             await self.connect(transport)
         assert self.group_name is not None and self.buckets is not None
         name, buckets = self.group_name, self.buckets
+        # the trainer's call goes out first: it has the longer way to go (a Ray call, then
+        # gathering the weights) before its broadcast can start
+        send = asyncio.ensure_future(self._send(name))
+        await asyncio.sleep(0)
         receive = asyncio.ensure_future(transport.update_weights_from_distributed(
             buckets, version, group_name=name, timeout=self.timeout_s))
-        send = asyncio.ensure_future(self._send(name))
         try:
             await receive
             await send

@@ -86,9 +86,11 @@ class RankZeroSender:
         broadcast."""
         import torch.distributed as dist
 
+        from rollyard.training import cpu_compat
         from rollyard.weight_transfer import pack
 
-        state = gather_hf_state(worker)
+        with cpu_compat.native_compute():  # plain tensor arithmetic, no literal CUDA device
+            state = gather_hf_state(worker)
         if state is None:
             return
         if group_name not in self.groups:
@@ -96,7 +98,8 @@ class RankZeroSender:
         pg = self.groups[group_name]
         try:
             for bucket in self.buckets[group_name]:
-                flat = pack([state[spec.name] for spec in bucket]).to(worker.device)
+                with cpu_compat.native_compute():
+                    flat = pack([state[spec.name] for spec in bucket]).to(worker.device)
                 dist.broadcast(flat, group_src=0, group=pg)
         except Exception as exc:  # a receiver died or stalled
             from rollyard.errors import RollyardError

@@ -68,18 +68,22 @@ class FusedDecoder:
 
     @torch.no_grad()
     def refresh(self) -> None:
-        """Rebuild the concatenated weights from the model's parameters (after a load)."""
-        self.layers = []
-        for layer in self.backbone.layers:
+        """Concatenate the query/key/value and gate/up weights again from the model's
+        parameters (after a load), into the buffers of the last refresh where there are some."""
+        for i, layer in enumerate(self.backbone.layers):
             attn, mlp = layer.self_attn, layer.mlp
+            qkv = [attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]
+            gate_up = [mlp.gate_proj.weight, mlp.up_proj.weight]
+            if i < len(self.layers):
+                torch.cat(qkv, out=self.layers[i].qkv)
+                torch.cat(gate_up, out=self.layers[i].gate_up)
+                continue
             q_norm = getattr(attn, "q_norm", None)
             k_norm = getattr(attn, "k_norm", None)
             self.layers.append(_Layer(
                 input_norm=layer.input_layernorm.weight,
                 post_norm=layer.post_attention_layernorm.weight,
-                qkv=torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]),
-                out=attn.o_proj.weight,
-                gate_up=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
+                qkv=torch.cat(qkv), out=attn.o_proj.weight, gate_up=torch.cat(gate_up),
                 down=mlp.down_proj.weight,
                 q_norm=None if q_norm is None else q_norm.weight,
                 k_norm=None if k_norm is None else k_norm.weight))

@@ -114,6 +114,9 @@ class ModelRunner:
 
         #: The fused decoder layers, or None: transformers' own layers for other models.
         self.fused = FusedDecoder(self.model) if unsupported(config) is None else None
+        #: The served tensors by Hugging Face name (views of the parameters and buffers, which
+        #: loads write in place, so built once).
+        self._tensors: dict[str, torch.Tensor] = self.model.state_dict()
 
     @torch.inference_mode()
     def forward(self, new_tokens: list[list[int]], starts: list[int],
@@ -182,7 +185,7 @@ class ModelRunner:
         ValueError naming ``where`` and the offending tensors. Returns the names written.
         """
         state = dict(tensors)
-        own = self.model.state_dict()
+        own = self._tensors
         unknown = sorted(set(state) - set(own))
         wrong = sorted(f"{k} {tuple(state[k].shape)} (served {tuple(own[k].shape)})"
                        for k in set(state) & set(own) if state[k].shape != own[k].shape)
