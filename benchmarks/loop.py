@@ -9,6 +9,11 @@ first step's warm-up excluded): ``(steps - 1) / (elapsed at the last step - elap
 first)``, from ``time/elapsed_s`` in metrics.jsonl. The table also gives each mode's mean
 per-step rollout, train, weight-sync, overlap and idle times.
 
+``--partial`` adds a third run to each round, ``--async --partial-rollouts`` (a push aborts the
+running generations, which go on on the new weights), and prints its steps/s against plain
+async; ``--max-new-tokens`` lengthens the generations (TRL is then left out: vs_trl.py's
+configuration has 6).
+
 With TRL's virtual environment of ``benchmarks/vs_trl.py`` (``--trl-venv``, default
 ``benchmarks/.trl-venv``; ``--build-trl`` builds it, about 2 minutes), each round also runs
 TRL's ``GRPOTrainer`` on the same model and configuration for ``--trl-budget`` seconds through
@@ -35,7 +40,7 @@ sys.path.insert(0, str(HERE))
 
 import vs_trl  # noqa: E402
 
-MODES = {"sync": [], "async": ["--async"]}
+MODES = {"sync": [], "async": ["--async"], "partial": ["--async", "--partial-rollouts"]}
 TIMES = ("rollout", "train", "weight_sync", "overlap", "idle_rollout", "idle_trainer")
 
 
@@ -44,7 +49,7 @@ def run_mode(args: argparse.Namespace, mode: str, model: Path, out: Path, tag: s
     name = f"{mode}-{tag}"
     cmd = [args.rollyard, "train", "--rollout-plugin", "toy", "--toy-operation", "copy",
            "--groups-per-step", str(vs_trl.GROUPS), "--group-size", str(vs_trl.GROUP_SIZE),
-           "--max-new-tokens", str(vs_trl.MAX_NEW_TOKENS), "--model", str(model),
+           "--max-new-tokens", str(args.max_new_tokens), "--model", str(model),
            "--seed", str(args.seed), "--steps", str(args.steps), "--no-progress",
            "--runs-dir", str(out / "runs"), "--name", name, *MODES[mode], *args.rollyard_arg]
     vs_trl.wait_until_quiet(args.quiet_wait)
@@ -62,6 +67,7 @@ def run_mode(args: argparse.Namespace, mode: str, model: Path, out: Path, tag: s
               "reward_last10": statistics.fmean(r["reward/mean"] for r in rows[-10:])}
     for key in TIMES:
         result[key] = statistics.fmean(r.get(f"time/{key}_s", 0.0) for r in later)
+    result["resumed_rate"] = statistics.fmean(r.get("rollout/resumed_rate", 0.0) for r in later)
     return result
 
 
@@ -88,6 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3,
                         help="sync + async pairs, alternating the order (default 3)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--partial", action="store_true",
+                        help="also run --async --partial-rollouts in each round")
+    parser.add_argument("--max-new-tokens", type=int, default=vs_trl.MAX_NEW_TOKENS,
+                        help=f"new tokens per sample (default vs_trl.py's, "
+                             f"{vs_trl.MAX_NEW_TOKENS}; other values leave TRL out)")
     parser.add_argument("--rollyard-arg", action="append", default=[], metavar="FLAG",
                         help="extra `rollyard train` flag for both modes (repeatable)")
     parser.add_argument("--trl-venv", type=Path, default=HERE / ".trl-venv",
@@ -117,13 +128,16 @@ def main(argv: list[str] | None = None) -> int:
         vpy = vs_trl.ensure_venv(args.trl_venv.resolve(), args.python)
     elif (args.trl_venv / "bin" / "python").exists():
         vpy = args.trl_venv.resolve() / "bin" / "python"
+    if args.max_new_tokens != vs_trl.MAX_NEW_TOKENS:
+        vpy = None
     model = out / "model"
     subprocess.run([args.rollyard, "init-model", str(model), "--seed", str(args.seed)],
                    check=True, stdout=subprocess.DEVNULL)
 
-    results: dict[str, list[dict]] = {"sync": [], "async": [], "trl": []}
+    results: dict[str, list[dict]] = {"sync": [], "async": [], "partial": [], "trl": []}
+    modes = ["sync", "async", "partial"] if args.partial else ["sync", "async"]
     for round_ in range(args.rounds):
-        order = ["sync", "async"] if round_ % 2 == 0 else ["async", "sync"]
+        order = modes if round_ % 2 == 0 else modes[::-1]
         for mode in order:
             results[mode].append(run_mode(args, mode, model, out, str(round_)))
             vs_trl.log(f"round {round_ + 1} {mode}: {results[mode][-1]['steps_per_s']:.2f} "
@@ -135,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     (out / "results.json").write_text(json.dumps(results, indent=1))
 
     print(f"\nloop: toy copy, {vs_trl.GROUPS} groups x {vs_trl.GROUP_SIZE} samples, "
-          f"{vs_trl.MAX_NEW_TOKENS} new tokens, {args.steps} steps per run, {args.rounds} "
+          f"{args.max_new_tokens} new tokens, {args.steps} steps per run, {args.rounds} "
           "round(s); median (min-max) over rounds")
     print("| mode | steps/s | " + " | ".join(f"{k}_s" for k in TIMES) + " | reward last 10 |")
     print("|---" * (len(TIMES) + 3) + "|")
@@ -149,11 +163,20 @@ def main(argv: list[str] | None = None) -> int:
               for a, s in zip(results["async"], results["sync"])]
     print(f"\nasync / sync steps/s, per round: {', '.join(f'{r:.2f}' for r in ratios)} "
           f"(median {statistics.median(ratios):.2f}; target >= 1.5)")
+    if results["partial"]:
+        partial = [p["steps_per_s"] / a["steps_per_s"]
+                   for p, a in zip(results["partial"], results["async"])]
+        print(f"async --partial-rollouts / async steps/s, per round: "
+              f"{', '.join(f'{r:.2f}' for r in partial)} "
+              f"(median {statistics.median(partial):.2f}); generations resumed: "
+              f"{spread([r['resumed_rate'] for r in results['partial']])}")
     if results["trl"]:
         vs = [a["steps_per_s"] / t["steps_per_s"]
               for a, t in zip(results["async"], results["trl"])]
         print(f"rollyard async / TRL steps/s, per round: {', '.join(f'{r:.2f}' for r in vs)} "
               f"(median {statistics.median(vs):.2f}; target >= 1.5)")
+    elif args.max_new_tokens != vs_trl.MAX_NEW_TOKENS:
+        print("TRL not measured: --max-new-tokens differs from vs_trl.py's configuration")
     else:
         print(f"TRL not measured: no venv at {args.trl_venv} (--build-trl builds it)")
     print(f"results: {out}")

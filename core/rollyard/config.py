@@ -85,6 +85,11 @@ class RunConfig:
         1, group=RUN, check=non_negative, metavar="K",
         help="with --async: rollouts run at most K steps ahead of training, and samples "
              "generated more than K weight updates before the policy they train are dropped")
+    partial_rollouts: bool = option(
+        False, group=RUN,
+        help="with --async: a weight push aborts the engines' running requests, which go on "
+             "from the tokens they had on the new weights (instead of the push waiting for "
+             "them to finish on the old ones)")
 
     rollout_plugin: str = option("toy", group=ROLLOUT, metavar="NAME",
                                  help="the environment to train on (see `rollyard plugins`)")
@@ -207,6 +212,9 @@ class RunConfig:
         if self.async_rollout and self.max_staleness == 0:
             raise ConfigError("--max-staleness 0 with --async: a staleness bound of 0 is sync "
                               "mode; leave out --async, or set --max-staleness 1 or more")
+        if self.partial_rollouts and not self.async_rollout:
+            raise ConfigError("--partial-rollouts without --async: a synchronous run never "
+                              "updates the weights while it generates; add --async")
 
     # ------------------------------------------------------------------ derived
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
+from typing import Any
 
 
 class RollyardError(Exception):
@@ -59,7 +60,16 @@ class TransportError(RollyardError):
 
 
 class EngineAborted(TransportError):
-    """The engine aborted the request (finish_reason 'abort'); never a result."""
+    """The engine aborted the request (finish_reason 'abort'); never a result.
+
+    ``partial``: what the engine had generated until then, when it said (a
+    :class:`rollyard.GenerateResult` whose ``finish_reason`` is ``"abort"``), else None;
+    with ``--partial-rollouts`` the run resumes the generation from there.
+    """
+
+    def __init__(self, message: str, *, url: str | None = None, partial: Any = None) -> None:
+        super().__init__(message, url=url)
+        self.partial = partial
 
 
 class EngineStartError(RollyardError):

@@ -89,7 +89,14 @@ class Transport(Configurable, ABC):
     @abstractmethod
     async def update_weights(self, model_dir: str, weight_version: int) -> None:
         """Make every engine load the Hugging Face checkpoint in ``model_dir`` and serve it as
-        ``weight_version`` (SGLang ``/update_weights_from_disk``)."""
+        ``weight_version`` (SGLang ``/update_weights_from_disk``). A transport that sets
+        :attr:`supports_partial_rollouts` also takes ``abort_running=True``."""
+
+    #: Whether the weight-update methods take ``abort_running=True`` (the engines abort their
+    #: running requests, SGLang's ``abort_all_requests``, instead of finishing them on the old
+    #: weights first) and an aborted generation raises EngineAborted with its ``partial``
+    #: output (``--partial-rollouts``).
+    supports_partial_rollouts: ClassVar[bool] = False
 
     async def generate_batch(self, requests: Sequence[GenerateRequest], *,
                              return_exceptions: bool = False,
@@ -133,7 +140,8 @@ class Transport(Configurable, ABC):
         """Make every engine receive ``buckets`` (lists of
         :class:`rollyard.weight_transfer.TensorSpec`, one broadcast each) from rank 0 of
         ``group_name`` and serve them as ``weight_version`` (SGLang
-        ``/update_weights_from_distributed``). The trainer broadcasts meanwhile."""
+        ``/update_weights_from_distributed``). The trainer broadcasts meanwhile. Takes
+        ``abort_running`` as :meth:`update_weights` does."""
         raise self._no_distributed_sync()
 
     async def destroy_weights_update_group(self, group_name: str) -> dict[str, bool]:

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from rollyard.errors import SampleError
 
 Message = dict[str, Any]
-FinishReason = Literal["stop", "length"]
+FinishReason = Literal["stop", "length", "abort"]
 
 
 class SampleStatus(str, enum.Enum):
@@ -77,7 +77,8 @@ class GenerateResult:
     output_ids: list[int]
     #: Logprob of each output id, ``log_softmax(logits / temperature)`` (one per id).
     logprobs: list[float]
-    #: ``stop`` (a stop token) or ``length`` (``max_new_tokens`` reached).
+    #: ``stop`` (a stop token) or ``length`` (``max_new_tokens`` reached); ``abort`` only in
+    #: the partial result a :class:`rollyard.EngineAborted` carries.
     finish_reason: FinishReason
     #: Version of the weights that generated it (0: the initial model).
     weight_version: int = 0

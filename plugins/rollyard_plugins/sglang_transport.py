@@ -74,43 +74,58 @@ def parse_weight_version(value: Any, url: str) -> int:
     raise TransportError(f"malformed weight_version {value!r} (expected an integer)", url=url)
 
 
-def parse_generate_response(data: Any, url: str) -> GenerateResult:
-    """Check one /generate response (SGLang shape) and convert it; never crash on bad input."""
-    def bad(problem: str) -> TransportError:
-        return TransportError(f"malformed /generate response: {problem}", url=url)
+def _malformed(url: str, problem: str) -> TransportError:
+    return TransportError(f"malformed /generate response: {problem}", url=url)
 
+
+def parse_generate_response(data: Any, url: str) -> GenerateResult:
+    """Check one /generate response (SGLang shape) and convert it; never crash on bad input.
+    An aborted one raises EngineAborted, carrying its output so far when that is well formed."""
     if not isinstance(data, dict) or not isinstance(data.get("meta_info"), dict):
-        raise bad("expected an object with a meta_info object")
+        raise _malformed(url, "expected an object with a meta_info object")
     meta = data["meta_info"]
     finish = meta.get("finish_reason")
     kind = finish.get("type") if isinstance(finish, dict) else finish
+    if kind not in ("stop", "length", "abort"):
+        raise _malformed(url, f"finish_reason {finish!r} is not stop, length or abort")
     if kind == "abort":
         message = finish.get("message") if isinstance(finish, dict) else None
+        try:  # what it generated before the abort, when the response says
+            partial = _parse_output(data, meta, "abort", url) if (
+                "output_token_logprobs" in meta) else None
+        except TransportError:
+            partial = None
         raise EngineAborted(f"the engine aborted the request: {message or 'no reason given'}",
-                            url=url)
-    if kind not in ("stop", "length"):
-        raise bad(f"finish_reason {finish!r} is not stop, length or abort")
+                            url=url, partial=partial)
+    return _parse_output(data, meta, kind, url)
+
+
+def _parse_output(data: dict[str, Any], meta: dict[str, Any], kind: str,
+                  url: str) -> GenerateResult:
+    """The tokens and logprobs of a response whose finish_reason is ``kind``."""
     entries = meta.get("output_token_logprobs")
     if not isinstance(entries, list):
-        raise bad("meta_info.output_token_logprobs is missing (was return_logprob sent?)")
+        raise _malformed(url, "meta_info.output_token_logprobs is missing (was return_logprob "
+                              "sent?)")
     logprobs: list[float] = []
     token_ids: list[int] = []
     for i, entry in enumerate(entries):
         if (not isinstance(entry, (list, tuple)) or len(entry) < 2 or not _number(entry[0])
                 or not isinstance(entry[1], int) or isinstance(entry[1], bool)
                 or entry[1] < 0 or not math.isfinite(entry[0]) or entry[0] > 1e-4):
-            raise bad(f"output_token_logprobs[{i}] is {entry!r}; expected [finite logprob "
-                      "<= 0, token_id, text]")
+            raise _malformed(url, f"output_token_logprobs[{i}] is {entry!r}; expected "
+                                  "[finite logprob <= 0, token_id, text]")
         logprobs.append(min(float(entry[0]), 0.0))  # float rounding may give +1e-7
         token_ids.append(entry[1])
     output_ids = data.get("output_ids", token_ids)
     if output_ids != token_ids:
-        raise bad("output_ids differ from the token ids in output_token_logprobs")
+        raise _malformed(url, "output_ids differ from the token ids in output_token_logprobs")
     completion = meta.get("completion_tokens", len(token_ids))
     if completion != len(token_ids):
-        raise bad(f"completion_tokens is {completion!r} but {len(token_ids)} logprobs came back")
+        raise _malformed(url, f"completion_tokens is {completion!r} but {len(token_ids)} "
+                              "logprobs came back")
     if kind == "stop" and not token_ids:
-        raise bad("finish_reason stop with no output tokens")
+        raise _malformed(url, "finish_reason stop with no output tokens")
     return GenerateResult(output_ids=token_ids, logprobs=logprobs, finish_reason=kind,
                           weight_version=parse_weight_version(meta.get("weight_version"), url))
 
@@ -293,12 +308,18 @@ class SGLangTransport(Transport):
 
         return dict(zip(self.urls, await asyncio.gather(*(one(u) for u in self.urls))))
 
-    async def update_weights(self, model_dir: str, weight_version: int) -> None:
+    supports_partial_rollouts = True
+
+    async def update_weights(self, model_dir: str, weight_version: int, *,
+                             abort_running: bool = False) -> None:
+        payload: dict[str, Any] = {"model_path": str(model_dir),
+                                   "weight_version": str(weight_version)}
+        if abort_running:
+            payload["abort_all_requests"] = True
+
         async def one(url: str) -> None:
-            reply = await self._request(
-                "POST", url, "/update_weights_from_disk",
-                payload={"model_path": str(model_dir), "weight_version": str(weight_version)},
-                timeout=self.options.update_timeout)
+            reply = await self._request("POST", url, "/update_weights_from_disk",
+                                        payload=payload, timeout=self.options.update_timeout)
             if not isinstance(reply, dict) or reply.get("success") is not True:
                 raise TransportError(f"weight update from {model_dir} failed: {reply!r}", url=url)
 
@@ -367,7 +388,8 @@ class SGLangTransport(Transport):
 
     async def update_weights_from_distributed(self, buckets: Sequence[Sequence[Any]],
                                               weight_version: int, *, group_name: str,
-                                              timeout: float) -> None:
+                                              timeout: float, abort_running: bool = False,
+                                              ) -> None:
         from rollyard.weight_transfer import update_body
 
         async def one(url: str) -> None:
@@ -380,7 +402,8 @@ class SGLangTransport(Transport):
                 for i, bucket in enumerate(buckets):
                     last = i == len(buckets) - 1
                     body = update_body(bucket, group_name=group_name, flush_cache=last,
-                                       weight_version=str(weight_version) if last else None)
+                                       weight_version=str(weight_version) if last else None,
+                                       abort_all_requests=abort_running and i == 0)
                     await self._control(url, "/update_weights_from_distributed", body, timeout,
                                         f"in-memory weight update to version {weight_version} "
                                         f"(bucket {i + 1} of {len(buckets)})")

@@ -119,6 +119,29 @@ def test_async_steps_train_on_samples_at_most_one_update_behind(tmp_path):
     assert all(row["train/tis_ratio_max"] > 1.0 for row in stale)
 
 
+@pytest.mark.slow
+def test_partial_rollouts_resume_generations_a_push_aborted(tmp_path, documented_metric):
+    # 96 new tokens from the random model take longer than an update of 8 samples, so every
+    # push lands while the next step's rollout is generating
+    result = rollyard("train", "--steps", "4", "--async", "--partial-rollouts",
+                      "--max-new-tokens", "96", "--groups-per-step", "2", "--group-size", "4",
+                      "--minibatches", "1", "--keep-zero-variance-groups", "--no-progress",
+                      "--name", "partial", "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run_dir = tmp_path / "runs" / "partial"
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [row["weight_version"] for row in rows] == [1.0, 2.0, 3.0, 4.0]
+    assert documented_metric("rollout/resumed_rate")
+    assert rows[0]["rollout/resumed_rate"] == 0  # the first rollout ran before any push
+    assert max(row["rollout/resumed_rate"] for row in rows[1:]) > 0
+    samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    # nothing was lost to the aborts, and the staleness bound holds for the oldest token
+    assert all(s["status"] in ("completed", "truncated") for s in samples)
+    assert all(row["samples/aborted_rate"] == 0 and row["async/dropped_stale"] == 0
+               for row in rows)
+    assert all(s["step"] - 2 <= s["weight_version"] <= s["step"] - 1 for s in samples)
+
+
 def test_async_with_a_staleness_bound_of_zero_names_the_flags(tmp_path):
     result = rollyard("train", "--async", "--max-staleness", "0", cwd=tmp_path, timeout=120)
     assert result.returncode == 1

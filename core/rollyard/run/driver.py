@@ -36,7 +36,7 @@ from rollyard.run.preflight import (
 )
 from rollyard.run.ray_cluster import start_ray
 from rollyard.run.resume import check_checkpoint_model, find_checkpoint
-from rollyard.run.rollout_workers import RolloutPool, RolloutSpec
+from rollyard.run.rollout_workers import RESUMED_RATE, RolloutPool, RolloutSpec
 from rollyard.run.run_state import RolloutSnapshot, RunCheckpoints, take_snapshot
 from rollyard.run.signals import RunStopped, StopSignals
 from rollyard.run.staleness import VersionLog, drop_stale, staleness_metrics
@@ -108,6 +108,11 @@ class PluginSelection:
         self.reward_weights = config.reward_weights or self.rollout.reward_weights(
             self.options("rollout", config.rollout_plugin))
         self.rewards = {name: manager.get("reward", name) for name in self.reward_weights}
+        if config.partial_rollouts and not getattr(self.transport,
+                                                   "supports_partial_rollouts", False):
+            raise ConfigError(f"--partial-rollouts: transport {config.transport!r} cannot abort "
+                              "running generations for a weight update and give back what "
+                              "they had; leave out --partial-rollouts")
         #: the Python of the rollout workers' isolated venv; None: the core's environment
         self.worker_python: str | None = None
 
@@ -346,7 +351,8 @@ class RunSession:
         self.steps_done = 0
         self.model_dir, self.fleet, self.group = model_dir, fleet, group
         self.hooks = selection.manager.hooks
-        self.weight_sync = make_weight_sync(config.weight_sync, run_dir, fleet, group)
+        self.weight_sync = make_weight_sync(config.weight_sync, run_dir, fleet, group,
+                                            abort_running=config.partial_rollouts)
         self.checkpoints = checkpoints or RunCheckpoints(run_dir, config.save_interval,
                                                          StopSignals())
         self.clock = PhaseClock()
@@ -470,7 +476,8 @@ class RunSession:
         config, draw = self.config, rollout.draw
         samples = draw.samples
         metrics = sample_metrics(samples)
-        metrics.update({f"env/{k}": v for k, v in draw.env_metrics.items()})
+        metrics.update({k if k == RESUMED_RATE else f"env/{k}": v
+                        for k, v in draw.env_metrics.items()})
         metrics.update(draw.metrics())
         metrics["engines/restarted"] = float(rollout.restarted)
         self.hooks.on_samples(step, samples)

@@ -25,6 +25,7 @@ from rollyard.run.collect import (
     placeholder,
     with_text,
 )
+from rollyard.run.partial_rollouts import ResumingTransport
 from rollyard.seeding import derive_seed
 from rollyard.types import Sample, SampleStatus, SamplingParams, Task
 
@@ -72,6 +73,8 @@ class RolloutWorker:
         self.rollout_options = options("rollout", config.rollout_plugin)
         self.transport = manager.get("transport", config.transport)(
             spec.engine_urls, options("transport", config.transport))
+        if config.partial_rollouts:
+            self.transport = ResumingTransport(self.transport)
         self.rewards = RewardSet(
             {name: manager.get("reward", name)(RewardContext(tokenizer, options("reward", name)))
              for name in spec.reward_weights}, spec.reward_weights)
@@ -104,7 +107,15 @@ class RolloutWorker:
         tasks = [self.tasks("train")[i] for i in indices]
         samples = await collect_step(self.rollout, self.rewards, tasks, self.settings, seeds)
         return with_text(samples, self.tokenizer), {**self.rollout.metrics(),
-                                                    **self.rewards.metrics()}
+                                                    **self.rewards.metrics(),
+                                                    **self._resume_metrics()}
+
+    def _resume_metrics(self) -> dict[str, float]:
+        """:data:`RESUMED_RATE` with ``--partial-rollouts``."""
+        if not isinstance(self.transport, ResumingTransport):
+            return {}
+        generations, resumed = self.transport.take_counts()
+        return {RESUMED_RATE: resumed / generations if generations else 0.0}
 
     async def evaluate(self, indices: list[int], seeds: list[int | None],
                        ) -> tuple[list[Sample], list[bool], dict[str, float]]:
@@ -155,6 +166,12 @@ class RolloutWorker:
     async def close(self) -> None:
         await self.rewards.close()
         await self.transport.close()
+
+
+#: The share of generations a weight update aborted and that went on from where they stopped
+#: (``--partial-rollouts``): the one metric of a worker's that is the core's, not the
+#: environment's (which the driver files under ``env/``).
+RESUMED_RATE = "rollout/resumed_rate"
 
 
 def _get(refs: list[Any]) -> list[Any]:

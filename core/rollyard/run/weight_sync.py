@@ -40,13 +40,22 @@ class WeightSync:
 
     mode = ""
 
-    def __init__(self, run_dir: Path, fleet: EngineFleet, group: Any) -> None:
+    def __init__(self, run_dir: Path, fleet: EngineFleet, group: Any, *,
+                 abort_running: bool = False) -> None:
         self.run_dir, self.fleet, self.group = run_dir, fleet, group
+        #: Engines abort their running requests for a push (``--partial-rollouts``).
+        self.abort_running = abort_running
         #: The latest exported folder, and the version it holds.
         self.weights_dir: str | None = None
         self.exported_version = 0
         #: The weight version the engines serve (0: the initial model).
         self.version = 0
+
+    @property
+    def update_options(self) -> dict[str, Any]:
+        """Keyword arguments of the transport's update calls (none unless aborting, so a
+        transport without ``--partial-rollouts`` support is called as before)."""
+        return {"abort_running": True} if self.abort_running else {}
 
     @property
     def current_weights_dir(self) -> str | None:
@@ -86,7 +95,7 @@ class DiskWeightSync(WeightSync):
     async def push(self, transport: Any, version: int) -> int:
         folder = await self.export(version)
         try:
-            await transport.update_weights(folder, version)
+            await transport.update_weights(folder, version, **self.update_options)
         except TransportError:
             # an engine that died is relaunched and loads these weights; a live engine that
             # refused them is a real error
@@ -104,10 +113,10 @@ class DistributedWeightSync(WeightSync):
 
     mode = "distributed"
 
-    def __init__(self, run_dir: Path, fleet: EngineFleet, group: Any,
-                 timeout_s: float = WEIGHT_SYNC_TIMEOUT_S,
+    def __init__(self, run_dir: Path, fleet: EngineFleet, group: Any, *,
+                 abort_running: bool = False, timeout_s: float = WEIGHT_SYNC_TIMEOUT_S,
                  bucket_bytes: int = BUCKET_BYTES) -> None:
-        super().__init__(run_dir, fleet, group)
+        super().__init__(run_dir, fleet, group, abort_running=abort_running)
         self.timeout_s, self.bucket_bytes = timeout_s, bucket_bytes
         self.group_name: str | None = None
         self.buckets: list[list[Any]] | None = None
@@ -207,7 +216,7 @@ class DistributedWeightSync(WeightSync):
         send = asyncio.ensure_future(self._send(name))
         await asyncio.sleep(0)
         receive = asyncio.ensure_future(transport.update_weights_from_distributed(
-            buckets, version, group_name=name, timeout=self.timeout_s))
+            buckets, version, group_name=name, timeout=self.timeout_s, **self.update_options))
         try:
             await receive
             await send
@@ -243,10 +252,11 @@ class DistributedWeightSync(WeightSync):
             await self.disconnect(transport)
 
 
-def make_weight_sync(mode: str, run_dir: Path, fleet: EngineFleet, group: Any) -> WeightSync:
-    """The weight sync of ``--weight-sync MODE``."""
+def make_weight_sync(mode: str, run_dir: Path, fleet: EngineFleet, group: Any, *,
+                     abort_running: bool = False) -> WeightSync:
+    """The weight sync of ``--weight-sync MODE``; ``abort_running``: ``--partial-rollouts``."""
     if mode == "disk":
-        return DiskWeightSync(run_dir, fleet, group)
+        return DiskWeightSync(run_dir, fleet, group, abort_running=abort_running)
     if mode == "distributed":
-        return DistributedWeightSync(run_dir, fleet, group)
+        return DistributedWeightSync(run_dir, fleet, group, abort_running=abort_running)
     raise ConfigError(f"--weight-sync {mode!r}: expected one of {list(WEIGHT_SYNC_MODES)}")
