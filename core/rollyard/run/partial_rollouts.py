@@ -16,6 +16,7 @@ is what truncated importance sampling (``--tis-cap``) corrects against.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -60,8 +61,6 @@ class ResumingTransport(Transport):
     async def generate_batch(self, requests: Sequence[GenerateRequest], *,
                              return_exceptions: bool = False,
                              ) -> list[GenerateResult | TransportError]:
-        import asyncio
-
         self.generations += len(requests)
         results = await self.inner.generate_batch(requests, return_exceptions=True)
 
