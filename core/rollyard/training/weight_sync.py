@@ -24,7 +24,15 @@ if TYPE_CHECKING:
 def gather_hf_state(worker: MegatronWorker) -> dict[str, torch.Tensor] | None:
     """The full Hugging Face state dict (in the checkpoint's dtype) on global rank 0, None on
     the other ranks. Every rank must call this: the tensor-parallel ranks of the first
-    data-parallel replica gather their shards together."""
+    data-parallel replica gather their shards together. A tensor may be a view of a
+    parameter (one rank, same dtype): copy it before the next update."""
+    from rollyard.training import cpu_compat
+
+    with cpu_compat.native_compute():  # plain tensor arithmetic, no literal CUDA device
+        return _gather_hf_state(worker)
+
+
+def _gather_hf_state(worker: MegatronWorker) -> dict[str, torch.Tensor] | None:
     import torch.distributed as dist
     from megatron.core import parallel_state
 
@@ -89,8 +97,7 @@ class RankZeroSender:
         from rollyard.training import cpu_compat
         from rollyard.weight_transfer import pack
 
-        with cpu_compat.native_compute():  # plain tensor arithmetic, no literal CUDA device
-            state = gather_hf_state(worker)
+        state = gather_hf_state(worker)
         if state is None:
             return
         if group_name not in self.groups:

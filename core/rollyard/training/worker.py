@@ -28,7 +28,7 @@ from rollyard.training.algorithm import (
 from rollyard.training.batching import TrainItem, chunks, collate, micro_batches
 from rollyard.training.checkpoint import load_hf_weights, read_hf_config, write_hf_folder
 from rollyard.training.config import TrainConfig
-from rollyard.training.convert import ModelShape, hf_to_megatron, megatron_to_hf
+from rollyard.training.convert import ModelShape, hf_to_megatron
 from rollyard.training.model import build_gpt_model, scoring
 
 # A rank that waits this long in a collective gives up: its peer is dead or stuck.
@@ -293,22 +293,14 @@ class MegatronWorker:
         Every rank must call this (the gather is a collective of the first data-parallel
         replica); ranks other than 0 return None.
         """
-        import torch.distributed as dist
-        from megatron.core import parallel_state
+        from rollyard.training.weight_sync import gather_hf_state
 
-        if self.dp_rank != 0:
+        state = gather_hf_state(self)
+        if state is None:
             return None
-        group = parallel_state.get_tensor_model_parallel_group()
-        shards: list[dict[str, torch.Tensor]] = [{} for _ in range(self.tp)]
-        for name, param in self.model.named_parameters():
-            parts = [torch.empty_like(param) for _ in range(self.tp)]
-            dist.all_gather(parts, param.detach().contiguous(), group=group)
-            for rank, part in enumerate(parts):
-                shards[rank][name] = part.cpu()
-        if self.rank != 0:
-            return None
-        tensors = megatron_to_hf(shards, self.shape)
-        tensors = {k: v.to(self.export_dtype) for k, v in tensors.items()}
+        # copies on the CPU: safetensors refuses tensors that share storage, as views of one
+        # parameter (gate and up of linear_fc1) do
+        tensors = {k: v.to("cpu", copy=True) for k, v in state.items()}
         return str(write_hf_folder(out_dir, tensors, self.model_dir))
 
     def save_checkpoint(self, folder: str) -> None:

@@ -61,6 +61,9 @@ class WeightUpdateGroups:
         #: thread started on first use (a thread per update would have to be scheduled first).
         self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future]] = queue.SimpleQueue()
         self._receiver: threading.Thread | None = None
+        #: The flattened bucket of the last receive and its tensors' views, kept for the next
+        #: one of the same layout (a run announces the same buckets at every update).
+        self._bucket: tuple[tuple[TensorSpec, ...], torch.Tensor, list] | None = None
 
     @property
     def names(self) -> list[str]:
@@ -116,10 +119,11 @@ class WeightUpdateGroups:
         destroy_process_group(pg)
 
     def receive(self, specs: list[TensorSpec], name: str, load_format: str | None,
-                then: Callable[[list[tuple[str, torch.Tensor]]], Any] | None = None) -> Future:
+                then: Callable[[list[tuple[str, torch.Tensor]]], Any]) -> Future:
         """Start receiving the tensors of ``specs`` broadcast from rank 0 of group ``name``
-        on the receive thread; the future resolves to the named tensors, or to what ``then``
-        (called on the receive thread) returns for them."""
+        on the receive thread; the future resolves to what ``then``, called on the receive
+        thread with the named tensors, returns (the tensors are valid during the call only:
+        the next receive may reuse them)."""
         with self._lock:
             pg = self._groups.get(name)
         if pg is None:
@@ -127,8 +131,7 @@ class WeightUpdateGroups:
                              "`init_weights_update_group` first.")
 
         def job() -> Any:
-            received = self._receive(pg, specs, load_format)
-            return received if then is None else then(received)
+            return then(self._receive(pg, specs, load_format))
 
         future: Future = Future()
         if self._receiver is None:
@@ -146,15 +149,18 @@ class WeightUpdateGroups:
             except BaseException as exc:
                 future.set_exception(exc)
 
-    @staticmethod
-    def _receive(pg: Any, specs: list[TensorSpec],
+    def _receive(self, pg: Any, specs: list[TensorSpec],
                  load_format: str | None) -> list[tuple[str, torch.Tensor]]:
         import torch.distributed as dist
 
         if load_format == FLATTENED_BUCKET:
-            flat = empty_bucket(specs)
+            layout = tuple(specs)
+            if self._bucket is None or self._bucket[0] != layout:
+                flat = empty_bucket(specs)
+                self._bucket = (layout, flat, unpack(flat, specs))
+            _, flat, tensors = self._bucket
             dist.broadcast(flat, group_src=0, group=pg)
-            return unpack(flat, specs)
+            return tensors
         out = []
         for spec in specs:
             tensor = torch.empty(spec.shape, dtype=torch_dtype(spec.dtype))
