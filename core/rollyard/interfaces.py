@@ -93,9 +93,9 @@ class Transport(Configurable, ABC):
         :attr:`supports_partial_rollouts` also takes ``abort_running=True``."""
 
     #: Whether the weight-update methods take ``abort_running=True`` (the engines abort their
-    #: running requests, SGLang's ``abort_all_requests``, instead of finishing them on the old
-    #: weights first) and an aborted generation raises EngineAborted with its ``partial``
-    #: output (``--partial-rollouts``).
+    #: requests before the update instead of finishing them on the old weights first) and an
+    #: aborted generation raises EngineAborted with its ``partial`` output
+    #: (``--partial-rollouts``).
     supports_partial_rollouts: ClassVar[bool] = False
 
     async def generate_batch(self, requests: Sequence[GenerateRequest], *,

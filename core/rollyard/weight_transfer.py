@@ -74,15 +74,12 @@ def buckets(specs: Sequence[TensorSpec], max_bytes: int) -> list[list[TensorSpec
 
 def update_body(bucket: Sequence[TensorSpec], *, group_name: str = DEFAULT_GROUP_NAME,
                 weight_version: str | None = None, flush_cache: bool = True,
-                load_format: str | None = FLATTENED_BUCKET,
-                abort_all_requests: bool = False) -> dict[str, Any]:
+                load_format: str | None = FLATTENED_BUCKET) -> dict[str, Any]:
     """The ``/update_weights_from_distributed`` body announcing ``bucket``."""
     body: dict[str, Any] = {
         "names": [s.name for s in bucket], "dtypes": [s.dtype for s in bucket],
         "shapes": [list(s.shape) for s in bucket], "group_name": group_name,
         "flush_cache": flush_cache, "load_format": load_format}
-    if abort_all_requests:
-        body["abort_all_requests"] = True
     if weight_version is not None:
         body["weight_version"] = weight_version
     return body

@@ -130,6 +130,29 @@ def test_a_resumed_request_asks_for_what_is_left_and_joins_the_pieces() -> None:
     assert third.session_id == "s" and request.input_ids == [1, 2]  # the caller's is kept
 
 
+def test_a_resume_waits_until_the_engine_serves_newer_weights() -> None:
+    class Updating(Scripted):
+        """The engine is at version 0 for its first two answers to weight_versions."""
+
+        looks = 0
+        looks_at_generate: list[int] = []
+
+        async def weight_versions(self) -> dict[str, int]:
+            self.looks += 1
+            return {self.urls[0]: 0 if self.looks < 3 else 1}
+
+        async def generate(self, request: GenerateRequest) -> GenerateResult:
+            self.looks_at_generate.append(self.looks)
+            return await super().generate(request)
+
+    partial = GenerateResult([5], [-1.0], "abort", 0)
+    inner = Updating([EngineAborted("aborted", url="http://scripted", partial=partial),
+                      GenerateResult([6], [-0.5], "stop", 1)])
+    result = asyncio.run(ResumingTransport(inner).generate(GenerateRequest([1])))
+    assert result == GenerateResult([5, 6], [-1.0, -0.5], "stop", 0)
+    assert inner.looks_at_generate == [0, 3]  # resent once the engine served version 1
+
+
 def test_an_abort_at_the_token_budget_is_a_length_result() -> None:
     inner = Scripted([aborted([5, 6, 7], 1)])
     result = asyncio.run(ResumingTransport(inner).generate(

@@ -1,12 +1,12 @@
 """``--partial-rollouts``: generations a weight update aborted go on from where they stopped.
 
-With it, a weight push asks the engines to abort their running requests (SGLang's
-``abort_all_requests``) instead of letting them finish on the old weights first, so the
-update is applied at once. Each aborted request comes back as
-:class:`rollyard.EngineAborted` carrying what it had generated; :class:`ResumingTransport`,
-which the rollout workers hand to the rollout plugin in place of the run's transport, sends
-the prompt and those tokens again for the tokens still to come, on the new weights, and
-returns the pieces as one result. Rollout plugins see whole generations, as without it.
+With it, a weight push first asks the engines to abort their requests, then updates them, so
+the update is applied at once instead of after the running requests finished on the old
+weights. Each aborted request comes back as :class:`rollyard.EngineAborted` carrying what it
+had generated; :class:`ResumingTransport`, which the rollout workers hand to the rollout
+plugin in place of the run's transport, waits until that engine serves newer weights, sends
+the prompt and those tokens again for the tokens still to come, and returns the pieces as one
+result. Rollout plugins see whole generations, as without it.
 
 A resumed result's tokens were sampled by more than one weight version: its
 ``weight_version`` is the oldest (the first piece's), so the staleness bound of ``--async``
@@ -28,6 +28,11 @@ from rollyard.types import GenerateRequest, GenerateResult
 #: Most times one generation is resumed; an engine that keeps aborting it (an error, a
 #: shutdown) gives the EngineAborted back to the rollout after that.
 MAX_RESUMES = 8
+#: Longest wait, in seconds, for the engine that aborted a generation to serve newer weights
+#: before it is resumed anyway (an abort no update caused).
+RESUME_WAIT_S = 10.0
+#: Seconds between two looks at that engine's weight version.
+VERSION_POLL_S = 0.01
 
 
 class ResumingTransport(Transport):
@@ -41,6 +46,8 @@ class ResumingTransport(Transport):
         #: :meth:`take_counts`.
         self.generations = 0
         self.resumed = 0
+        #: One look-out per (engine, weight version) that aborted generations wait past.
+        self._newer: dict[tuple[str, int], asyncio.Future] = {}
 
     def __getattr__(self, name: str) -> Any:  # everything else is the inner transport's
         return getattr(self.inner, name)
@@ -98,6 +105,7 @@ class ResumingTransport(Transport):
             sampling = request.sampling
             seed = None if sampling.seed is None else sampling.seed + done
             generated = [t for p in pieces for t in p.output_ids]
+            await self._newer_weights(aborted.url, aborted.partial.weight_version)
             continuation = replace(
                 request, input_ids=[*request.input_ids, *generated],
                 sampling=replace(sampling, max_new_tokens=left, seed=seed,
@@ -109,6 +117,31 @@ class ResumingTransport(Transport):
                 continue
             return _joined([*pieces, last], last.finish_reason)
         raise aborted
+
+    async def _newer_weights(self, url: str | None, version: int) -> None:
+        """Wait (at most :data:`RESUME_WAIT_S`) until engine ``url`` serves weights newer than
+        ``version``. A push aborts first and updates after: a generation resent in between
+        would be one the update waits for, on the old weights."""
+        if url is None:
+            return
+        key = (url, version)
+        if key not in self._newer:
+            self._newer[key] = asyncio.ensure_future(self._watch(url, version))
+        await asyncio.shield(self._newer[key])
+
+    async def _watch(self, url: str, version: int) -> None:
+        deadline = asyncio.get_running_loop().time() + RESUME_WAIT_S
+        try:
+            while asyncio.get_running_loop().time() < deadline:
+                try:
+                    served = (await self.inner.weight_versions()).get(url)
+                except TransportError:
+                    return
+                if served is None or served > version:
+                    return
+                await asyncio.sleep(VERSION_POLL_S)
+        finally:
+            self._newer.pop((url, version), None)
 
     async def health(self) -> dict[str, bool]:
         return await self.inner.health()
