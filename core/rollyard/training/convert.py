@@ -107,23 +107,23 @@ def megatron_to_hf(shards: list[dict[str, Tensor]], shape: ModelShape) -> dict[s
     With one rank, a tensor that maps one to one is the parameter itself, not a copy."""
     out: dict[str, Tensor] = {}
     for mname, hname, dim in _simple_params(shape):
-        out[hname] = _joined([s[mname] for s in shards], dim)
+        out[hname] = _whole([s[mname] for s in shards], dim)
     q_per_group = shape.num_heads // shape.num_kv_heads
     hd, hidden = shape.head_dim, shape.hidden_size
     for i in range(shape.num_layers):
         hl, ml = _HF_LAYER.format(i=i), _LAYER.format(i=i)
-        qkv = _joined([s[ml + "self_attention.linear_qkv.weight"] for s in shards], 0)
+        qkv = _whole([s[ml + "self_attention.linear_qkv.weight"] for s in shards], 0)
         qkv = qkv.reshape(shape.num_kv_heads, (q_per_group + 2) * hd, hidden)
         q, k, v = qkv.split([q_per_group * hd, hd, hd], dim=1)
         out[hl + "self_attn.q_proj.weight"] = q.reshape(-1, hidden)
         out[hl + "self_attn.k_proj.weight"] = k.reshape(-1, hidden)
         out[hl + "self_attn.v_proj.weight"] = v.reshape(-1, hidden)
         gates, ups = zip(*(s[ml + "mlp.linear_fc1.weight"].chunk(2, dim=0) for s in shards))
-        out[hl + "mlp.gate_proj.weight"] = _joined(list(gates), 0)
-        out[hl + "mlp.up_proj.weight"] = _joined(list(ups), 0)
+        out[hl + "mlp.gate_proj.weight"] = _whole(list(gates), 0)
+        out[hl + "mlp.up_proj.weight"] = _whole(list(ups), 0)
     return {name: t.contiguous() for name, t in out.items()}
 
 
-def _joined(parts: list[Tensor], dim: int | None) -> Tensor:
+def _whole(parts: list[Tensor], dim: int | None) -> Tensor:
     """The tensor-parallel ``parts`` of one tensor as one (replicated when ``dim`` is None)."""
     return parts[0] if dim is None or len(parts) == 1 else torch.cat(parts, dim=dim)
