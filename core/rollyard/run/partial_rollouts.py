@@ -157,8 +157,9 @@ class ResumingTransport(Transport):
 
 
 def _joined(pieces: list[GenerateResult], finish_reason: Any) -> GenerateResult:
-    """The pieces of one generation as one result; the oldest weight version."""
+    """The pieces of one generation as one result, with the oldest weight version that
+    sampled a token of it (a request aborted before it started sampled none)."""
+    sampled = [p.weight_version for p in pieces if p.output_ids] or [pieces[-1].weight_version]
     return GenerateResult(output_ids=[t for p in pieces for t in p.output_ids],
                           logprobs=[lp for p in pieces for lp in p.logprobs],
-                          finish_reason=finish_reason,
-                          weight_version=min(p.weight_version for p in pieces))
+                          finish_reason=finish_reason, weight_version=min(sampled))

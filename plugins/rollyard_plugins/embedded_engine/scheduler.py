@@ -383,6 +383,8 @@ class Scheduler:
 
     def _finish(self, seq: Sequence, reason: dict[str, Any]) -> None:
         seq.finish_reason = reason
+        if not seq.weight_version:  # aborted before it started: the weights served now
+            seq.weight_version = self.weight_version
         if seq in self._running:
             self._release_slot(seq)
             shared = self._prompts.get(seq.prompt_key)
