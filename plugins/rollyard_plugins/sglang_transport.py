@@ -90,10 +90,9 @@ def parse_generate_response(data: Any, url: str) -> GenerateResult:
         raise _malformed(url, f"finish_reason {finish!r} is not stop, length or abort")
     if kind == "abort":
         message = finish.get("message") if isinstance(finish, dict) else None
-        try:  # what it generated before the abort, when the response says
-            partial = _parse_output(data, meta, "abort", url) if (
-                "output_token_logprobs" in meta) else None
-        except TransportError:
+        try:  # what it generated before the abort
+            partial = _parse_output(data, meta, "abort", url)
+        except TransportError:  # not said, or not well formed: nothing to go on from
             partial = None
         raise EngineAborted(f"the engine aborted the request: {message or 'no reason given'}",
                             url=url, partial=partial)

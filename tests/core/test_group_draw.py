@@ -48,7 +48,7 @@ def test_groups_without_signal_are_replaced_until_the_step_is_full():
     trained = drawn.training_samples(4)
     assert len({s.group_id for s in trained}) == 4 and all(
         has_signal([s for s in trained if s.group_id == g]) for g in {"g0", "g3", "g5", "g6"})
-    assert drawn.env_metrics == {"env/x": 2.0}  # mean over the three draws
+    assert drawn.worker_metrics == {"env/x": 2.0}  # mean over the three draws
 
 
 def test_the_resample_budget_bounds_the_draws():

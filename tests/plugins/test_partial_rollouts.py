@@ -41,7 +41,7 @@ def test_a_push_aborts_a_running_generation_which_goes_on_with_the_new_weights(
     async def go() -> tuple:
         transport = ResumingTransport(SGLangTransport(fleet.urls))
         try:
-            if mode == "distributed":
+            if mode == "distributed":  # the group forms now, not while the push is timed
                 await sync.connect(transport.inner)
             generation = asyncio.ensure_future(transport.generate(request))
             while (await asyncio.to_thread(http, fleet.urls[0], "/get_server_info"))[1][

@@ -36,7 +36,7 @@ from rollyard.run.preflight import (
 )
 from rollyard.run.ray_cluster import start_ray
 from rollyard.run.resume import check_checkpoint_model, find_checkpoint
-from rollyard.run.rollout_workers import RESUMED_RATE, RolloutPool, RolloutSpec
+from rollyard.run.rollout_workers import RolloutPool, RolloutSpec
 from rollyard.run.run_state import RolloutSnapshot, RunCheckpoints, take_snapshot
 from rollyard.run.signals import RunStopped, StopSignals
 from rollyard.run.staleness import VersionLog, drop_stale, staleness_metrics
@@ -476,8 +476,7 @@ class RunSession:
         config, draw = self.config, rollout.draw
         samples = draw.samples
         metrics = sample_metrics(samples)
-        metrics.update({k if k == RESUMED_RATE else f"env/{k}": v
-                        for k, v in draw.env_metrics.items()})
+        metrics.update(draw.worker_metrics)
         metrics.update(draw.metrics())
         metrics["engines/restarted"] = float(rollout.restarted)
         self.hooks.on_samples(step, samples)

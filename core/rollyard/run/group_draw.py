@@ -18,28 +18,29 @@ def has_signal(group: list[Sample]) -> bool:
 class GroupDraw:
     """Samples of every group drawn for a step, in the order they were drawn."""
 
-    def __init__(self, samples: list[Sample], env_metrics: dict[str, float]) -> None:
+    def __init__(self, samples: list[Sample], worker_metrics: dict[str, float]) -> None:
         self.samples: list[Sample] = []
         self.draws = 0
-        self._env: dict[str, list[float]] = defaultdict(list)
-        self.add(samples, env_metrics)
+        self._worker: dict[str, list[float]] = defaultdict(list)
+        self.add(samples, worker_metrics)
         #: share of the first draw's groups without a signal (before any redraw)
         self.first_zero_variance_share = self.zero_variance_share()
 
-    def add(self, samples: list[Sample], env_metrics: dict[str, float]) -> None:
+    def add(self, samples: list[Sample], worker_metrics: dict[str, float]) -> None:
         self.samples += samples
         self.draws += 1
-        for key, value in env_metrics.items():
-            self._env[key].append(value)
+        for key, value in worker_metrics.items():
+            self._worker[key].append(value)
 
     @property
     def groups_drawn(self) -> int:
         return len(self.groups())
 
     @property
-    def env_metrics(self) -> dict[str, float]:
-        """Each environment metric averaged over the draws."""
-        return {k: sum(v) / len(v) for k, v in self._env.items()}
+    def worker_metrics(self) -> dict[str, float]:
+        """Each metric the rollout workers reported (``env/…`` and the core's own), averaged
+        over the draws."""
+        return {k: sum(v) / len(v) for k, v in self._worker.items()}
 
     def groups(self) -> list[list[Sample]]:
         by_id: dict[str, list[Sample]] = defaultdict(list)

@@ -103,19 +103,18 @@ class RolloutWorker:
 
     async def collect(self, indices: list[int], seeds: list[int | None] | None = None,
                       ) -> tuple[list[Sample], dict[str, float]]:
-        """One group per task index; ``seeds`` are the groups' sampling seeds."""
+        """One group per task index; ``seeds`` are the groups' sampling seeds. The metrics
+        are the environment's, as ``env/<name>``, and with ``--partial-rollouts``
+        ``rollout/resumed_rate``: the share of generations a weight update aborted and that
+        went on from where they stopped."""
         tasks = [self.tasks("train")[i] for i in indices]
         samples = await collect_step(self.rollout, self.rewards, tasks, self.settings, seeds)
-        return with_text(samples, self.tokenizer), {**self.rollout.metrics(),
-                                                    **self.rewards.metrics(),
-                                                    **self._resume_metrics()}
-
-    def _resume_metrics(self) -> dict[str, float]:
-        """:data:`RESUMED_RATE` with ``--partial-rollouts``."""
-        if not isinstance(self.transport, ResumingTransport):
-            return {}
-        generations, resumed = self.transport.take_counts()
-        return {RESUMED_RATE: resumed / generations if generations else 0.0}
+        metrics = {f"env/{k}": v for k, v in {**self.rollout.metrics(),
+                                              **self.rewards.metrics()}.items()}
+        if isinstance(self.transport, ResumingTransport):
+            generations, resumed = self.transport.take_counts()
+            metrics["rollout/resumed_rate"] = resumed / generations if generations else 0.0
+        return with_text(samples, self.tokenizer), metrics
 
     async def evaluate(self, indices: list[int], seeds: list[int | None],
                        ) -> tuple[list[Sample], list[bool], dict[str, float]]:
@@ -166,12 +165,6 @@ class RolloutWorker:
     async def close(self) -> None:
         await self.rewards.close()
         await self.transport.close()
-
-
-#: The share of generations a weight update aborted and that went on from where they stopped
-#: (``--partial-rollouts``): the one metric of a worker's that is the core's, not the
-#: environment's (which the driver files under ``env/``).
-RESUMED_RATE = "rollout/resumed_rate"
 
 
 def _get(refs: list[Any]) -> list[Any]:
@@ -229,7 +222,8 @@ class RolloutPool:
     def collect(self, tasks: list[int], seeds: list[int | None] | None = None,
                 ) -> tuple[list[Sample], dict[str, float]]:
         """Samples of every task (a lost worker's tasks become failed samples) and the mean of
-        the workers' environment metrics. ``seeds``: each group's sampling seed."""
+        the workers' metrics (:meth:`RolloutWorker.collect`). ``seeds``: each group's sampling
+        seed."""
         samples, _, metrics = self._deal("collect", "train", self.group_size, tasks, seeds)
         return samples, metrics
 
@@ -255,7 +249,7 @@ class RolloutPool:
         metrics: dict[str, list[float]] = {}
         for index, share, ref in refs:
             try:
-                got, *got_solved, env_metrics = ray.get(ref)
+                got, *got_solved, worker_metrics = ray.get(ref)
             except ray.exceptions.RayError as exc:
                 if isinstance(exc, ray.exceptions.RayActorError):
                     self._restart(index)
@@ -267,7 +261,7 @@ class RolloutPool:
                 continue
             samples += got
             solved += got_solved[0] if got_solved else []
-            for key, value in env_metrics.items():
+            for key, value in worker_metrics.items():
                 metrics.setdefault(key, []).append(value)
         return samples, solved, {k: sum(v) / len(v) for k, v in metrics.items()}
 

@@ -222,6 +222,8 @@ class EngineServer:
         abort = body.get("abort_all_requests", False)
         if not isinstance(abort, bool) or not isinstance(body.get("flush_cache", True), bool):
             return _error("abort_all_requests and flush_cache must be true or false")
+        if abort:
+            self.scheduler.abort(None)
 
         def apply(received: list) -> tuple[bool, str]:
             # on the receive thread, straight after the broadcast: no hop through the loop
