@@ -21,7 +21,7 @@ def test_fused_layers_equal_transformers_layers(tmp_path, other_model_dir, arch)
                                                                          slots))
     step = ([[11], [12], [13]], [5, 2, 7], slots)
     assert torch.allclose(fused.forward(*step), plain.forward(*step), rtol=0, atol=1e-5)
-    if arch == "qwen3":  # new weights reach the fused copies too
+    if arch == "qwen3":  # new weights reach the fused weights too
         for runner in (fused, plain):
             runner.load_weights(other_model_dir)
         assert fused.forward(prompts, [0, 0, 0], slots).equal(

@@ -104,7 +104,8 @@ def hf_to_megatron(hf: dict[str, Tensor], shape: ModelShape, tp_rank: int,
 
 def megatron_to_hf(shards: list[dict[str, Tensor]], shape: ModelShape) -> dict[str, Tensor]:
     """The full HF state dict from the Megatron parameters of every tensor-parallel rank.
-    With one rank, a tensor that maps one to one is the parameter itself, not a copy."""
+    With one rank, a tensor that maps one to one is the parameter itself and gate and up are
+    views of ``linear_fc1``: copy before writing, and before the next update."""
     out: dict[str, Tensor] = {}
     for mname, hname, dim in _simple_params(shape):
         out[hname] = _whole([s[mname] for s in shards], dim)
@@ -121,7 +122,7 @@ def megatron_to_hf(shards: list[dict[str, Tensor]], shape: ModelShape) -> dict[s
         gates, ups = zip(*(s[ml + "mlp.linear_fc1.weight"].chunk(2, dim=0) for s in shards))
         out[hl + "mlp.gate_proj.weight"] = _whole(list(gates), 0)
         out[hl + "mlp.up_proj.weight"] = _whole(list(ups), 0)
-    return {name: t.contiguous() for name, t in out.items()}
+    return out
 
 
 def _whole(parts: list[Tensor], dim: int | None) -> Tensor:

@@ -22,10 +22,10 @@ if TYPE_CHECKING:
 
 @torch.no_grad()
 def gather_hf_state(worker: MegatronWorker) -> dict[str, torch.Tensor] | None:
-    """The full Hugging Face state dict (in the checkpoint's dtype) on global rank 0, None on
+    """The full Hugging Face state dict (in the training dtype) on global rank 0, None on
     the other ranks. Every rank must call this: the tensor-parallel ranks of the first
     data-parallel replica gather their shards together. A tensor may be a view of a
-    parameter (one rank, same dtype): copy it before the next update."""
+    parameter (one rank): copy it, in the export dtype, before the next update."""
     from rollyard.training import cpu_compat
 
     with cpu_compat.native_compute():  # plain tensor arithmetic, no literal CUDA device
@@ -50,8 +50,7 @@ def _gather_hf_state(worker: MegatronWorker) -> dict[str, torch.Tensor] | None:
                 shards[rank][name] = part
     if worker.rank != 0:
         return None
-    tensors = megatron_to_hf(shards, worker.shape)
-    return {k: v.to(worker.export_dtype) for k, v in tensors.items()}
+    return megatron_to_hf(shards, worker.shape)
 
 
 def weight_specs(worker: MegatronWorker) -> list[TensorSpec] | None:
@@ -59,7 +58,8 @@ def weight_specs(worker: MegatronWorker) -> list[TensorSpec] | None:
     state = gather_hf_state(worker)
     if state is None:
         return None
-    return [TensorSpec(name, dtype_name(t.dtype), tuple(t.shape)) for name, t in state.items()]
+    dtype = dtype_name(worker.export_dtype)
+    return [TensorSpec(name, dtype, tuple(t.shape)) for name, t in state.items()]
 
 
 class RankZeroSender:
@@ -67,14 +67,16 @@ class RankZeroSender:
 
     def __init__(self) -> None:
         self.groups: dict[str, Any] = {}
-        #: What each group's broadcast sends, given once when it opens.
-        self.buckets: dict[str, list[list[TensorSpec]]] = {}
+        #: Each group's buckets, one flat ``uint8`` tensor each and its tensors' views, made
+        #: once when the group opens: a broadcast copies the policy into them (casting it to
+        #: the export dtype on the way) and sends them.
+        self.buckets: dict[str, list[tuple[torch.Tensor, list[tuple[str, torch.Tensor]]]]] = {}
 
     def open(self, *, master_address: str, master_port: int, world_size: int,
              group_name: str, backend: str, timeout_s: float,
-             buckets: list[list[TensorSpec]]) -> None:
+             buckets: list[list[TensorSpec]], device: torch.device) -> None:
         from rollyard.errors import RollyardError
-        from rollyard.weight_transfer import init_process_group
+        from rollyard.weight_transfer import empty_bucket, init_process_group, unpack
 
         self.close(group_name)
         try:
@@ -86,7 +88,9 @@ class RankZeroSender:
                 f"training rank 0 could not form weight update group {group_name!r} of "
                 f"{world_size} ranks at {master_address}:{master_port} within {timeout_s:g} s: "
                 f"{type(exc).__name__}: {exc}") from None
-        self.buckets[group_name] = buckets
+        flats = [empty_bucket(bucket, device) for bucket in buckets]
+        self.buckets[group_name] = [(flat, unpack(flat, bucket))
+                                    for flat, bucket in zip(flats, buckets)]
 
     def send(self, worker: MegatronWorker, group_name: str) -> None:
         """Gather the policy and broadcast it, bucket by bucket as the group was opened with
@@ -95,7 +99,6 @@ class RankZeroSender:
         import torch.distributed as dist
 
         from rollyard.training import cpu_compat
-        from rollyard.weight_transfer import pack
 
         state = gather_hf_state(worker)
         if state is None:
@@ -104,9 +107,10 @@ class RankZeroSender:
             raise RuntimeError(f"weight update group {group_name!r} is not open on rank 0")
         pg = self.groups[group_name]
         try:
-            for bucket in self.buckets[group_name]:
-                with cpu_compat.native_compute():
-                    flat = pack([state[spec.name] for spec in bucket]).to(worker.device)
+            for flat, tensors in self.buckets[group_name]:
+                with cpu_compat.native_compute(), torch.no_grad():
+                    for name, tensor in tensors:
+                        tensor.copy_(state[name])
                 dist.broadcast(flat, group_src=0, group=pg)
         except Exception as exc:  # a receiver died or stalled
             from rollyard.errors import RollyardError

@@ -273,7 +273,7 @@ class MegatronWorker:
 
         sender_of(self).open(master_address=master_address, master_port=master_port,
                              world_size=world_size, group_name=group_name, backend=backend,
-                             timeout_s=timeout_s, buckets=buckets)
+                             timeout_s=timeout_s, buckets=buckets, device=self.device)
 
     def broadcast_weights(self, group_name: str) -> None:
         """Broadcast the current policy to the group's engines; every rank must call this."""
@@ -300,7 +300,8 @@ class MegatronWorker:
             return None
         # copies on the CPU: safetensors refuses tensors that share storage, as views of one
         # parameter (gate and up of linear_fc1) do
-        tensors = {k: v.to("cpu", copy=True) for k, v in state.items()}
+        tensors = {k: v.to("cpu", self.export_dtype, copy=True).contiguous()
+                   for k, v in state.items()}
         return str(write_hf_folder(out_dir, tensors, self.model_dir))
 
     def save_checkpoint(self, folder: str) -> None:

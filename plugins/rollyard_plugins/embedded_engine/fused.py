@@ -4,9 +4,10 @@ On a CPU a small model's decode step is bound by how many operations it issues, 
 arithmetic: transformers' layers spend much of a step in module calls and separate q/k/v and
 gate/up projections. This runs the same computation with the query/key/value and gate/up
 weights concatenated (one matrix product each), fused RMSNorm and no module dispatch. The
-weights are the model's own parameters; the concatenated ones are copies, rebuilt by
-:meth:`FusedDecoder.refresh` whenever the weights change. Models it does not cover (biases,
-other rotary types, sliding windows, other architectures) keep transformers' layers.
+weights are the model's own parameters: the query, key and value (and gate and up) parameters
+become views of one concatenated tensor each, so a load that writes the parameters in place
+writes the fused weights too. Models it does not cover (biases, other rotary types, sliding
+windows, other architectures) keep transformers' layers.
 """
 
 from __future__ import annotations
@@ -48,6 +49,17 @@ class _Layer:
     k_norm: torch.Tensor | None
 
 
+def _concatenate(linears: list[Any]) -> torch.Tensor:
+    """The weights of ``linears`` stacked along dim 0; each weight becomes a view of it."""
+    fused = torch.cat([linear.weight for linear in linears])
+    row = 0
+    for linear in linears:
+        rows = linear.weight.shape[0]
+        linear.weight.data = fused[row:row + rows]
+        row += rows
+    return fused
+
+
 class FusedDecoder:
     """Runs a transformers Llama/Qwen3 model's decoder layers (see the module docstring)."""
 
@@ -63,30 +75,23 @@ class FusedDecoder:
         self.scale = self.head_dim ** -0.5
         self.inv_freq = self.backbone.rotary_emb.inv_freq
         self.attention_scaling = self.backbone.rotary_emb.attention_scaling
-        self.layers: list[_Layer] = []
-        self.refresh()
+        self.layers = [self._fuse(layer) for layer in self.backbone.layers]
 
+    @staticmethod
     @torch.no_grad()
-    def refresh(self) -> None:
-        """Concatenate the query/key/value and gate/up weights again from the model's
-        parameters (after a load), into the buffers of the last refresh where there are some."""
-        for i, layer in enumerate(self.backbone.layers):
-            attn, mlp = layer.self_attn, layer.mlp
-            qkv = [attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]
-            gate_up = [mlp.gate_proj.weight, mlp.up_proj.weight]
-            if i < len(self.layers):
-                torch.cat(qkv, out=self.layers[i].qkv)
-                torch.cat(gate_up, out=self.layers[i].gate_up)
-                continue
-            q_norm = getattr(attn, "q_norm", None)
-            k_norm = getattr(attn, "k_norm", None)
-            self.layers.append(_Layer(
-                input_norm=layer.input_layernorm.weight,
-                post_norm=layer.post_attention_layernorm.weight,
-                qkv=torch.cat(qkv), out=attn.o_proj.weight, gate_up=torch.cat(gate_up),
-                down=mlp.down_proj.weight,
-                q_norm=None if q_norm is None else q_norm.weight,
-                k_norm=None if k_norm is None else k_norm.weight))
+    def _fuse(layer: Any) -> _Layer:
+        """One layer's weights, its q/k/v and gate/up parameters rebound to views of their
+        concatenation (the values are unchanged)."""
+        attn, mlp = layer.self_attn, layer.mlp
+        q_norm = getattr(attn, "q_norm", None)
+        k_norm = getattr(attn, "k_norm", None)
+        return _Layer(
+            input_norm=layer.input_layernorm.weight,
+            post_norm=layer.post_attention_layernorm.weight,
+            qkv=_concatenate([attn.q_proj, attn.k_proj, attn.v_proj]), out=attn.o_proj.weight,
+            gate_up=_concatenate([mlp.gate_proj, mlp.up_proj]), down=mlp.down_proj.weight,
+            q_norm=None if q_norm is None else q_norm.weight,
+            k_norm=None if k_norm is None else k_norm.weight)
 
     def _rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = positions[..., None].float() * self.inv_freq

@@ -201,8 +201,6 @@ class ModelRunner:
         with torch.no_grad():
             for key, tensor in state.items():
                 own[key].copy_(tensor)
-        if self.fused is not None:
-            self.fused.refresh()
         return sorted(state)
 
 
