@@ -6,7 +6,9 @@ the ``sglang`` transport, exactly as a run does after each update (the run's own
 :mod:`rollyard.run.weight_sync` classes): disk = export the folder +
 ``/update_weights_from_disk``; distributed = gather + broadcast from rank 0 while the engine
 receives (``/update_weights_from_distributed``), the group formed once beforehand (its set-up
-time is printed apart). As in a run, a train step (16 samples) and a generation precede every
+time is printed apart). As in a run, the distributed sync has rank 0 gather the new weights
+and start their broadcast at the end of the train step; that staging time is added to its
+push time. As in a run, a train step (16 samples) and a generation precede every
 push, so the weights change and no process is idle-warm; the two modes alternate step by
 step so that load from other processes hits both alike, and the median of ``--pushes`` each
 is reported. Target: distributed <= 1/3 of disk for the tiny model.
@@ -68,12 +70,16 @@ async def measure(model_dir: pathlib.Path, workdir: pathlib.Path, pushes: int) -
                 for _ in range(pushes + 1):
                     for name, sync in (("disk", disk), ("distributed", memory)):
                         version += 1
-                        await asyncio.to_thread(group.train, samples(vocab, version))
+                        trained = await asyncio.to_thread(
+                            group.train, samples(vocab, version), **sync.train_options())
                         await transport.generate_batch([request] * 8)
                         started = time.perf_counter()
                         await sync.push(transport, version)
+                        # what the update spent staging the weights for the push counts
+                        elapsed = time.perf_counter() - started + trained.get(
+                            "weight_staging_s", 0.0)
                         if version > 2:  # the first push of each warms up
-                            times[name].append(time.perf_counter() - started)
+                            times[name].append(elapsed)
                 versions = await transport.weight_versions()
                 assert set(versions.values()) == {version}, versions
             finally:

@@ -15,7 +15,10 @@ torch is imported only inside the functions.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Sequence
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -186,3 +189,47 @@ def specs_from_body(body: Any) -> tuple[list[TensorSpec], str | None]:
         raise ValueError(f"load_format {load_format!r} is not supported (null or "
                          f"{FLATTENED_BUCKET!r})")
     return specs, load_format
+
+
+def in_daemon_thread(call: Callable[[], Any], name: str) -> Future:
+    """Run ``call`` on a new daemon thread; its result or exception in a Future. A join, a
+    broadcast or a receive left waiting for a peer (until the group's timeout) never holds up
+    the process's exit, as a thread of an executor would."""
+    future: Future = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(call())
+        except BaseException as exc:
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return future
+
+
+class JobThread:
+    """Runs calls one at a time, in the order given, on one daemon thread started on first
+    use: a broadcast or a receive waiting for its peers holds up neither the caller nor the
+    process's exit, and a call does not wait for a new thread to be scheduled first."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, call: Callable[[], Any]) -> Future:
+        """Queue ``call``; its result or exception in the returned Future."""
+        future: Future = Future()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+            self._thread.start()
+        self._jobs.put((call, future))
+        return future
+
+    def _loop(self) -> None:
+        while True:
+            call, future = self._jobs.get()
+            try:
+                future.set_result(call())
+            except BaseException as exc:
+                future.set_exception(exc)

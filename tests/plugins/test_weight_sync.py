@@ -240,3 +240,85 @@ def test_disk_sync_keeps_the_last_two_exports(fleet, tiny_model_dir, other_model
     assert sorted(p.name for p in (tmp_path / "run" / "weights").iterdir()) == [
         "step-00002", "step-00003"]
     assert sync.current_weights_dir.endswith("step-00003")
+
+
+def _scored_samples(vocab: int, step: int) -> list:
+    """Two groups of four with varied rewards: something for the trainer to learn from."""
+    import random
+
+    from rollyard import Sample, SampleStatus
+
+    rng = random.Random(step)
+    out = []
+    for g in range(2):
+        prompt = [rng.randrange(3, vocab) for _ in range(10)]
+        for i in range(4):
+            response = [rng.randrange(3, vocab) for _ in range(6)]
+            out.append(Sample(tokens=prompt + response, prompt_len=10, loss_mask=[1] * 6,
+                              logprobs=[-6.0] * 6, reward=float(i % 2), task_id=f"t{g}",
+                              group_id=f"s{step}/g{g}", status=SampleStatus.COMPLETED))
+    return out
+
+
+def test_a_broadcast_staged_by_the_train_step_serves_the_trained_weights(
+        fleet, tiny_model_dir, ray_session, tmp_path) -> None:
+    """The run's path: each train step (two updates) stages the broadcast of its last update
+    on rank 0, and the push only asks the engine to receive it."""
+    from rollyard import Sample
+    from rollyard.training import TrainConfig, TrainGroup
+
+    group = TrainGroup(model_dir=str(tiny_model_dir),
+                       config=TrainConfig(lr=1e-2, minibatches=2))
+    sync = DistributedWeightSync(tmp_path / "run", fleet, group, timeout_s=20)
+
+    async def go() -> list:
+        transport = SGLangTransport(fleet.urls)
+        rows = []
+        try:
+            for version in (1, 2, 3):
+                options = sync.train_options()
+                # the first push forms the group, so only later steps can stage
+                assert options == ({} if version == 1 else {"then_broadcast": sync.group_name})
+                metrics = await asyncio.to_thread(group.train,
+                                                  _scored_samples(group.vocab_size, version),
+                                                  **options)
+                assert metrics["updates"] == 2
+                assert await sync.push(transport, version) == 0
+                result = await transport.generate(GenerateRequest(
+                    PROMPT, SamplingParams(max_new_tokens=6, seed=version)))
+                sample = Sample(tokens=PROMPT + result.output_ids, prompt_len=len(PROMPT),
+                                loss_mask=[1] * len(result.output_ids),
+                                logprobs=list(result.logprobs))
+                trainer = await asyncio.to_thread(group.logprobs, [sample])
+                rows.append((result, trainer[0], "weight_staging_s" in metrics))
+        finally:
+            await sync.close(transport)
+            await transport.close()
+        return rows
+
+    try:
+        rows = asyncio.run(go())
+    finally:
+        group.shutdown()
+    assert [staged for _, _, staged in rows] == [False, True, True]
+    for version, (result, trainer, _) in enumerate(rows, start=1):
+        assert result.weight_version == version
+        # the engine serves exactly the trainer's policy after its last update
+        assert result.logprobs == pytest.approx(trainer, abs=1e-4)
+    # and the policy did move between pushes (a stale broadcast would be caught)
+    moved = max(abs(a - b) for a, b in zip(rows[1][0].logprobs, rows[2][1]))
+    assert moved > 1e-3 or rows[1][0].output_ids != rows[2][0].output_ids
+
+
+def test_a_staged_broadcast_no_engine_received_fails_the_next_one_by_name(monkeypatch) -> None:
+    from concurrent.futures import Future
+
+    from rollyard.training import weight_sync
+
+    monkeypatch.setattr(weight_sync, "STAGED_BROADCAST_WAIT_S", 0.05)
+    with pytest.raises(RuntimeError, match="'g1' was never received"):
+        weight_sync._finished(Future(), "g1")
+    failed: Future = Future()
+    failed.set_exception(RuntimeError("broadcasting the weights over group 'g1' failed"))
+    with pytest.raises(RuntimeError, match="failed"):
+        weight_sync._finished(failed, "g1")

@@ -496,13 +496,16 @@ class RunSession:
         self.checkpoints.fault("train", step)
         with self.clock.busy(TRAINER):
             train_started = time.perf_counter()
-            train_metrics = await asyncio.to_thread(self.group.train, trained)
-            metrics["time/train_s"] = time.perf_counter() - train_started
+            train_metrics = await asyncio.to_thread(self.group.train, trained,
+                                                    **self.weight_sync.train_options())
+            # staging the weights for the push is the weight sync's time, not the update's
+            staging_s = train_metrics.get("weight_staging_s", 0.0)
+            metrics["time/train_s"] = time.perf_counter() - train_started - staging_s
             metrics.update({f"train/{k}": v for k, v in train_metrics.items()})
             sync_started = time.perf_counter()
             if train_metrics.get("num_samples_trained", 0) > 0:
                 metrics["engines/restarted"] += await self.push_weights(transport, step)
-            metrics["time/weight_sync_s"] = time.perf_counter() - sync_started
+            metrics["time/weight_sync_s"] = time.perf_counter() - sync_started + staging_s
         metrics.update({"time/rollout_s": rollout.seconds,
                         "weight_version": float(self.weight_version),
                         "perf/tokens_per_s": metrics["response/tokens"] / rollout.seconds})

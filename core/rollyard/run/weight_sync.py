@@ -57,6 +57,11 @@ class WeightSync:
         transport without ``--partial-rollouts`` support is called as before)."""
         return {"abort_running": True} if self.abort_running else {}
 
+    def train_options(self) -> dict[str, Any]:
+        """Keyword arguments of the train group's ``train`` call that precedes the next push
+        (what the trainer can prepare for it at the end of its update)."""
+        return {}
+
     @property
     def current_weights_dir(self) -> str | None:
         """The exported folder of the weights the engines serve; None when there is none
@@ -119,6 +124,8 @@ class DistributedWeightSync(WeightSync):
         super().__init__(run_dir, fleet, group, abort_running=abort_running)
         self.timeout_s, self.bucket_bytes = timeout_s, bucket_bytes
         self.group_name: str | None = None
+        #: The group the last train step was asked to stage a broadcast for.
+        self._staged_for: str | None = None
         self.buckets: list[list[Any]] | None = None
         #: Takes down a group that failed to form once its trainer side gave up.
         self._cleanup: asyncio.Future | None = None
@@ -206,24 +213,36 @@ class DistributedWeightSync(WeightSync):
             self.version = version
         return restarted
 
+    def train_options(self) -> dict[str, Any]:
+        # rank 0 gathers the new weights and starts their broadcast as its update ends, so
+        # the push's receive finds them on the way (the first push forms the group instead)
+        self._staged_for = self.group_name
+        return {} if self.group_name is None else {"then_broadcast": self.group_name}
+
     async def push(self, transport: Any, version: int) -> int:
         if self.group_name is None:
             await self.connect(transport)
         assert self.group_name is not None and self.buckets is not None
         name, buckets = self.group_name, self.buckets
-        # the trainer's call goes out first: it has the longer way to go (a Ray call, then
-        # gathering the weights) before its broadcast can start
-        send = asyncio.ensure_future(self._send(name))
-        await asyncio.sleep(0)
+        staged, self._staged_for = self._staged_for == name, None
+        # After a train step that staged it, rank 0's broadcast already waits for the
+        # engines, and their success says it went out: nothing to ask rank 0 (it checks the
+        # broadcast's end before its next one). Otherwise rank 0 gathers and sends now; its
+        # call goes out first, as it has the longer way to go (a Ray call, then the gather).
+        send = None
+        if not staged:
+            send = asyncio.ensure_future(self._send(name))
+            await asyncio.sleep(0)
         receive = asyncio.ensure_future(transport.update_weights_from_distributed(
             buckets, version, group_name=name, timeout=self.timeout_s, **self.update_options))
         try:
             await receive
-            await send
+            if send is not None:
+                await send
         except Exception as exc:
             # the trainer's broadcast cannot finish without every receiver: it fails or times
             # out on its own; then the group is taken down on every side
-            for task in (receive, send):
+            for task in filter(None, (receive, send)):
                 with contextlib.suppress(BaseException):
                     await task
             await self.disconnect(transport)

@@ -106,6 +106,16 @@ def megatron_to_hf(shards: list[dict[str, Tensor]], shape: ModelShape) -> dict[s
     """The full HF state dict from the Megatron parameters of every tensor-parallel rank.
     With one rank, a tensor that maps one to one is the parameter itself and gate and up are
     views of ``linear_fc1``: copy before writing, and before the next update."""
+    return {name: t.flatten(0, 1) if t.dim() == 3 else t
+            for name, t in megatron_to_hf_blocks(shards, shape).items()}
+
+
+def megatron_to_hf_blocks(shards: list[dict[str, Tensor]],
+                          shape: ModelShape) -> dict[str, Tensor]:
+    """:func:`megatron_to_hf`, but the query, key and value weights are left as their
+    key/value groups' blocks, ``[groups, rows per group, hidden]``: the same elements in the
+    same order as the HF tensor, and with one rank views of ``linear_qkv``, so that every
+    tensor is a view of a parameter (a copy of them stays current by copying again)."""
     out: dict[str, Tensor] = {}
     for mname, hname, dim in _simple_params(shape):
         out[hname] = _whole([s[mname] for s in shards], dim)
@@ -116,9 +126,9 @@ def megatron_to_hf(shards: list[dict[str, Tensor]], shape: ModelShape) -> dict[s
         qkv = _whole([s[ml + "self_attention.linear_qkv.weight"] for s in shards], 0)
         qkv = qkv.reshape(shape.num_kv_heads, (q_per_group + 2) * hd, hidden)
         q, k, v = qkv.split([q_per_group * hd, hd, hd], dim=1)
-        out[hl + "self_attn.q_proj.weight"] = q.reshape(-1, hidden)
-        out[hl + "self_attn.k_proj.weight"] = k.reshape(-1, hidden)
-        out[hl + "self_attn.v_proj.weight"] = v.reshape(-1, hidden)
+        out[hl + "self_attn.q_proj.weight"] = q
+        out[hl + "self_attn.k_proj.weight"] = k
+        out[hl + "self_attn.v_proj.weight"] = v
         gates, ups = zip(*(s[ml + "mlp.linear_fc1.weight"].chunk(2, dim=0) for s in shards))
         out[hl + "mlp.gate_proj.weight"] = _whole(list(gates), 0)
         out[hl + "mlp.up_proj.weight"] = _whole(list(ups), 0)

@@ -201,12 +201,16 @@ class TrainGroup:
                   "num_samples_too_long": float(too_long)}
         return items, step, counts
 
-    def train(self, samples: list[Sample]) -> dict[str, float]:
+    def train(self, samples: list[Sample], *,
+              then_broadcast: str | None = None) -> dict[str, float]:
         """Optimizer steps over ``samples``: one, or ``config.minibatches`` over consecutive
         shares of them (whole groups where possible); the step's metrics.
 
         Without any trainable token (every group filtered, or no samples) nothing is updated
-        and ``num_samples_trained`` is 0.
+        and ``num_samples_trained`` is 0. ``then_broadcast``: after an update, rank 0 stages
+        the new weights for the next broadcast over that weight-update group (opened with
+        :meth:`open_weight_sync`); :meth:`start_broadcast` must follow, and the metric
+        ``weight_staging_s`` says what staging took.
         """
         start = time.perf_counter()
         items, step, metrics = self._items(samples)
@@ -227,8 +231,9 @@ class TrainGroup:
                                   tokens=float(sum(sum(item.loss_mask) for item in share)),
                                   max_response_len=step.max_response_len)
             ranks = split_for_data_parallel(share, self.dp)
+            stage = then_broadcast if index == len(shares) - 1 else None
             results += _get_all([actor.train_step.remote(ranks[rank // self.tp], share_step,
-                                                         index == 0)
+                                                         index == 0, stage)
                                  for rank, actor in enumerate(self._actors)])
         replicas = [r for i, r in enumerate(results) if (i % len(self._actors)) % self.tp == 0]
         for key in _SHARES:  # each update's loss, averaged over the updates
@@ -244,6 +249,9 @@ class TrainGroup:
             shares)
         metrics["lr"] = last["lr"]
         metrics["update_skipped"] = float(all(r["update_skipped"] for r in results))
+        if then_broadcast is not None:
+            metrics["weight_staging_s"] = max(r["weight_staging_s"] for r in results[-len(
+                self._actors):])
         tokens = float(sum(len(item.tokens) for item in items))
         step_time = time.perf_counter() - start
         metrics.update(num_samples_trained=float(len(items)), trained_tokens=trained_tokens,
@@ -288,7 +296,8 @@ class TrainGroup:
             buckets)])
 
     def broadcast_weights(self, group_name: str) -> None:
-        """Broadcast the current policy over the group (as its buckets)."""
+        """Broadcast the current policy over the group (as its buckets); after
+        ``train(..., then_broadcast=group_name)``, wait for the broadcast it staged."""
         _get_all(self.start_broadcast(group_name))
 
     def start_broadcast(self, group_name: str) -> list[Any]:
@@ -297,7 +306,8 @@ class TrainGroup:
         return [a.broadcast_weights.remote(group_name) for a in self._actors]
 
     def close_weight_sync(self, group_name: str) -> None:
-        _get_all([self._actors[0].close_weight_sync.remote(group_name)])
+        """Leave the group (a broadcast staged for it fails)."""
+        _get_all([a.close_weight_sync.remote(group_name) for a in self._actors])
 
     def export_hf(self, out_dir: str) -> str:
         """Write the current weights as a Hugging Face folder (config, safetensors, tokenizer)."""

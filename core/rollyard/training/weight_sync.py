@@ -9,15 +9,21 @@ methods of :class:`rollyard.training.worker.MegatronWorker`.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from rollyard.training.convert import megatron_to_hf
-from rollyard.weight_transfer import TensorSpec, dtype_name
+from rollyard.training.convert import megatron_to_hf, megatron_to_hf_blocks
+from rollyard.weight_transfer import JobThread, TensorSpec, dtype_name
 
 if TYPE_CHECKING:
     from rollyard.training.worker import MegatronWorker
+
+#: Seconds a staged broadcast may still take to finish once its engines said they have it.
+STAGED_BROADCAST_WAIT_S = 10.0
 
 
 @torch.no_grad()
@@ -29,10 +35,20 @@ def gather_hf_state(worker: MegatronWorker) -> dict[str, torch.Tensor] | None:
     from rollyard.training import cpu_compat
 
     with cpu_compat.native_compute():  # plain tensor arithmetic, no literal CUDA device
-        return _gather_hf_state(worker)
+        return _gather(worker, megatron_to_hf)
 
 
-def _gather_hf_state(worker: MegatronWorker) -> dict[str, torch.Tensor] | None:
+@torch.no_grad()
+def gather_hf_blocks(worker: MegatronWorker) -> dict[str, torch.Tensor] | None:
+    """:func:`gather_hf_state` as :func:`rollyard.training.convert.megatron_to_hf_blocks`
+    gives it: with one rank, every tensor is a view of a parameter."""
+    from rollyard.training import cpu_compat
+
+    with cpu_compat.native_compute():
+        return _gather(worker, megatron_to_hf_blocks)
+
+
+def _gather(worker: MegatronWorker, convert: Callable) -> dict[str, torch.Tensor] | None:
     import torch.distributed as dist
     from megatron.core import parallel_state
 
@@ -50,7 +66,7 @@ def _gather_hf_state(worker: MegatronWorker) -> dict[str, torch.Tensor] | None:
                 shards[rank][name] = part
     if worker.rank != 0:
         return None
-    return megatron_to_hf(shards, worker.shape)
+    return convert(shards, worker.shape)
 
 
 def weight_specs(worker: MegatronWorker) -> list[TensorSpec] | None:
@@ -63,7 +79,8 @@ def weight_specs(worker: MegatronWorker) -> list[TensorSpec] | None:
 
 
 class RankZeroSender:
-    """The process groups global rank 0 holds with engines, by group name."""
+    """The process groups global rank 0 holds with engines, by group name, and the broadcasts
+    a train step staged for them (see :meth:`stage_broadcast`)."""
 
     def __init__(self) -> None:
         self.groups: dict[str, Any] = {}
@@ -71,6 +88,18 @@ class RankZeroSender:
         #: once when the group opens: a broadcast copies the policy into them (casting it to
         #: the export dtype on the way) and sends them.
         self.buckets: dict[str, list[tuple[torch.Tensor, list[tuple[str, torch.Tensor]]]]] = {}
+        #: Broadcasts staged by a train step and not yet claimed by :meth:`send`, by group:
+        #: the broadcasting thread's future on rank 0, None on the other ranks.
+        self.staged: dict[str, Future | None] = {}
+        #: With one tensor-parallel rank: the policy as views of the parameters (built once;
+        #: the optimizer and checkpoint loads write the parameters in place), and each
+        #: parameter's address when they were made, to notice one that was replaced.
+        self._views: dict[str, torch.Tensor] | None = None
+        self._addresses: list[tuple[torch.Tensor, int]] = []
+        #: Where staged broadcasts copy the policy and wait for their receivers; set once
+        #: the last one has copied it.
+        self._broadcasts = JobThread("weight-broadcast")
+        self._copying: threading.Event | None = None
 
     def open(self, *, master_address: str, master_port: int, world_size: int,
              group_name: str, backend: str, timeout_s: float,
@@ -93,38 +122,118 @@ class RankZeroSender:
                                     for flat, bucket in zip(flats, buckets)]
 
     def send(self, worker: MegatronWorker, group_name: str) -> None:
-        """Gather the policy and broadcast it, bucket by bucket as the group was opened with
-        (every rank calls this; only rank 0 sends). A bucket is one flattened ``uint8``
-        broadcast."""
-        import torch.distributed as dist
-
-        from rollyard.training import cpu_compat
-
-        state = gather_hf_state(worker)
+        """Broadcast the policy over group ``group_name`` (every rank calls this; only rank 0
+        sends): wait for the broadcast the last train step staged, or gather and broadcast
+        now when there is none. Raises RollyardError when a receiver died or stalled."""
+        if group_name in self.staged:
+            pending = self.staged.pop(group_name)
+            if pending is not None:
+                _finished(pending, group_name)
+            return
+        state = self._policy(worker)
         if state is None:
             return
         if group_name not in self.groups:
             raise RuntimeError(f"weight update group {group_name!r} is not open on rank 0")
-        pg = self.groups[group_name]
-        try:
-            for flat, tensors in self.buckets[group_name]:
-                with cpu_compat.native_compute(), torch.no_grad():
-                    for name, tensor in tensors:
-                        tensor.copy_(state[name])
-                dist.broadcast(flat, group_src=0, group=pg)
-        except Exception as exc:  # a receiver died or stalled
-            from rollyard.errors import RollyardError
+        self._copy_in(state, group_name)
+        self._sender(group_name)()
 
-            raise RollyardError(f"training rank 0: broadcasting the weights over group "
-                                f"{group_name!r} failed: {type(exc).__name__}: {exc}") from None
+    def stage_broadcast(self, worker: MegatronWorker, group_name: str) -> None:
+        """Start the next broadcast over the group on a thread, which copies the policy into
+        the group's buckets and waits there for the engines to receive (every rank calls
+        this, straight after its last update of a step). The push's :meth:`send` then only
+        waits for that thread, so neither the gather nor the Ray call that starts
+        :meth:`send` delays the engines; :meth:`settle` must precede the next change of the
+        weights. A group closed meanwhile (its engines restarted) is skipped: the next push
+        forms a new one and sends at once."""
+        previous = self.staged.pop(group_name, None)
+        if previous is not None:
+            _finished(previous, group_name)
+        state = self._policy(worker)
+        if state is None:
+            self.staged[group_name] = None
+        elif group_name in self.groups:
+            copied, send = threading.Event(), self._sender(group_name)
+
+            def copy_and_send() -> None:
+                try:
+                    self._copy_in(state, group_name)
+                finally:
+                    copied.set()
+                send()
+
+            self._copying = copied
+            self.staged[group_name] = self._broadcasts.submit(copy_and_send)
+
+    def settle(self) -> None:
+        """Wait until a staged broadcast has copied the weights it sends (call before
+        changing them)."""
+        if self._copying is not None:
+            self._copying.wait()
+            self._copying = None
+
+    def _policy(self, worker: MegatronWorker) -> dict[str, torch.Tensor] | None:
+        """The policy on rank 0 as :func:`gather_hf_blocks` gives it (None on other ranks):
+        with one tensor-parallel rank, views of the parameters made once, else gathered."""
+        if worker.tp > 1:
+            return gather_hf_blocks(worker)
+        if worker.rank != 0:
+            return None
+        if self._views is None or any(p.data_ptr() != a for p, a in self._addresses):
+            self._views = gather_hf_blocks(worker)
+            self._addresses = [(p, p.data_ptr()) for p in worker.model.parameters()]
+        return self._views
+
+    def _copy_in(self, state: dict[str, torch.Tensor], group_name: str) -> None:
+        """Copy ``state`` into the group's buckets, in their dtype."""
+        from rollyard.training import cpu_compat
+
+        with cpu_compat.native_compute(), torch.no_grad():
+            for _, tensors in self.buckets[group_name]:
+                for name, tensor in tensors:
+                    source = state[name]
+                    tensor.view(source.shape).copy_(source)
+
+    def _sender(self, group_name: str) -> Callable[[], None]:
+        """What sends the group's buckets, one flattened ``uint8`` broadcast each; it raises
+        RollyardError when a receiver died or stalled, or the group was closed meanwhile."""
+        import torch.distributed as dist
+
+        from rollyard.errors import RollyardError
+
+        pg, flats = self.groups[group_name], [flat for flat, _ in self.buckets[group_name]]
+
+        def send() -> None:
+            try:
+                for flat in flats:
+                    dist.broadcast(flat, group_src=0, group=pg)
+            except Exception as exc:
+                raise RollyardError(f"training rank 0: broadcasting the weights over group "
+                                    f"{group_name!r} failed: {type(exc).__name__}: "
+                                    f"{exc}") from None
+
+        return send
 
     def close(self, group_name: str) -> None:
+        """Leave the group; a staged broadcast still waiting fails with it."""
         from rollyard.weight_transfer import destroy_process_group
 
+        self.staged.pop(group_name, None)
         pg = self.groups.pop(group_name, None)
-        self.buckets.pop(group_name, None)
         if pg is not None:
             destroy_process_group(pg)
+        self.buckets.pop(group_name, None)
+
+
+def _finished(broadcast: Future, group_name: str) -> None:
+    """Check that a staged broadcast went out: the engines' success said so, so it has
+    finished or is about to; raises its error, or RuntimeError when it still waits for a
+    receiver (no push followed the train step that staged it)."""
+    try:
+        broadcast.result(timeout=STAGED_BROADCAST_WAIT_S)
+    except TimeoutError:
+        raise RuntimeError(f"the weight broadcast staged for group {group_name!r} was never "
+                           "received: no push followed the train step that staged it") from None
 
 
 def sender_of(worker: MegatronWorker) -> RankZeroSender:

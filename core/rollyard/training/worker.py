@@ -140,7 +140,8 @@ class MegatronWorker:
             end_wd=cfg.weight_decay, wd_incr_steps=decay_steps, wd_incr_style="constant")
 
     def train_step(self, items: list[TrainItem], step: StepInfo | float,
-                   first_update: bool = True) -> dict[str, float]:
+                   first_update: bool = True,
+                   then_broadcast: str | None = None) -> dict[str, float]:
         """One optimizer step over this rank's ``items``; returns sums and the step's scalars.
 
         The learning-rate schedule advances once per run step, on its ``first_update`` (a
@@ -151,13 +152,21 @@ class MegatronWorker:
         them. Megatron DDP averages gradients over the ranks, hence the factor ``dp``. When
         the algorithm's loss is unusable on any rank, every rank raises the same PluginError
         and nothing is applied to the weights.
+
+        ``then_broadcast`` names a weight-update group: after the update, the new weights are
+        staged for its next broadcast (:meth:`RankZeroSender.stage_broadcast
+        <rollyard.training.weight_sync.RankZeroSender.stage_broadcast>`), which the result's
+        ``weight_staging_s`` times.
         """
         from megatron.core.distributed import finalize_model_grads
 
         if not isinstance(step, StepInfo):
             step = StepInfo(sequences=len(items), tokens=float(step), max_response_len=max(
                 (len(item.loss_mask) for item in items), default=1))
+        from rollyard.training.weight_sync import sender_of
+
         start = time.perf_counter()
+        sender_of(self).settle()  # a staged weight broadcast has copied the weights
         self.ddp.train()
         self.ddp.zero_grad_buffer()
         self.optimizer.zero_grad()
@@ -169,10 +178,15 @@ class MegatronWorker:
         finalize_model_grads([self.ddp])
         self.scheduler.step(1 if first_update else 0)
         updated, grad_norm, _ = self.optimizer.step()
-        return {**sums, "grad_norm": float(grad_norm if grad_norm is not None else 0.0),
-                "lr": float(self.optimizer.param_groups[0]["lr"]),
-                "update_skipped": float(not updated),
-                "step_time": time.perf_counter() - start}
+        result = {**sums, "grad_norm": float(grad_norm if grad_norm is not None else 0.0),
+                  "lr": float(self.optimizer.param_groups[0]["lr"]),
+                  "update_skipped": float(not updated),
+                  "step_time": time.perf_counter() - start}
+        if then_broadcast is not None:
+            staging = time.perf_counter()
+            sender_of(self).stage_broadcast(self, then_broadcast)
+            result["weight_staging_s"] = time.perf_counter() - staging
+        return result
 
     def _forward_backward(self, items: list[TrainItem],
                           step: StepInfo) -> tuple[dict[str, float], str | None]:
@@ -314,7 +328,9 @@ class MegatronWorker:
     def load_checkpoint(self, folder: str) -> None:
         """Load what :meth:`save_checkpoint` wrote; every rank must call this."""
         from rollyard.training.trainer_state import load_rank_state
+        from rollyard.training.weight_sync import sender_of
 
+        sender_of(self).settle()
         load_rank_state(self, folder)
 
     def shutdown(self) -> None:

@@ -15,7 +15,6 @@ receive give up after ``timeout_s`` (an engine option) rather than hang.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -24,6 +23,7 @@ from typing import Any
 import torch
 from rollyard.weight_transfer import (
     FLATTENED_BUCKET,
+    JobThread,
     TensorSpec,
     destroy_process_group,
     empty_bucket,
@@ -57,10 +57,8 @@ class WeightUpdateGroups:
         self.timeout_s = timeout_s
         self._groups: dict[str, Any] = {}
         self._lock = threading.Lock()
-        #: Receives run one at a time, in the order the requests arrived, on one daemon
-        #: thread started on first use (a thread per update would have to be scheduled first).
-        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future]] = queue.SimpleQueue()
-        self._receiver: threading.Thread | None = None
+        #: Receives run one at a time, in the order the requests arrived.
+        self._receiver = JobThread("weight-receive")
         #: The flattened bucket of the last receive and its tensors' views, kept for the next
         #: one of the same layout (a run announces the same buckets at every update).
         self._bucket: tuple[tuple[TensorSpec, ...], torch.Tensor, list] | None = None
@@ -133,21 +131,7 @@ class WeightUpdateGroups:
         def job() -> Any:
             return then(self._receive(pg, specs, load_format))
 
-        future: Future = Future()
-        if self._receiver is None:
-            self._receiver = threading.Thread(target=self._receive_loop, name="weight-receive",
-                                              daemon=True)
-            self._receiver.start()
-        self._jobs.put((job, future))
-        return future
-
-    def _receive_loop(self) -> None:
-        while True:
-            job, future = self._jobs.get()
-            try:
-                future.set_result(job())
-            except BaseException as exc:
-                future.set_exception(exc)
+        return self._receiver.submit(job)
 
     def _receive(self, pg: Any, specs: list[TensorSpec],
                  load_format: str | None) -> list[tuple[str, torch.Tensor]]:
@@ -174,19 +158,3 @@ class WeightUpdateGroups:
                 self.destroy(name)
             except GroupError:
                 pass
-
-
-def in_daemon_thread(call: Callable[[], Any], name: str) -> Future:
-    """Run ``call`` on a new daemon thread; its result or exception in a Future. A join or a
-    receive left waiting for a peer (until the group's timeout) never holds up the engine's
-    exit, as a thread of an executor would."""
-    future: Future = Future()
-
-    def run() -> None:
-        try:
-            future.set_result(call())
-        except BaseException as exc:
-            future.set_exception(exc)
-
-    threading.Thread(target=run, name=name, daemon=True).start()
-    return future
