@@ -322,3 +322,50 @@ def test_a_staged_broadcast_no_engine_received_fails_the_next_one_by_name(monkey
     failed.set_exception(RuntimeError("broadcasting the weights over group 'g1' failed"))
     with pytest.raises(RuntimeError, match="failed"):
         weight_sync._finished(failed, "g1")
+
+
+def test_a_staged_broadcast_the_engines_never_take_ends_with_its_group(
+        fleet, tiny_model_dir, ray_session, tmp_path) -> None:
+    """A push that fails before the engines receive (here: no push at all) leaves rank 0's
+    staged broadcast waiting; taking the group down ends it, and the next push forms a new
+    group that serves the trainer's weights."""
+    from rollyard import Sample
+    from rollyard.training import TrainConfig, TrainGroup
+
+    group = TrainGroup(model_dir=str(tiny_model_dir), config=TrainConfig(lr=1e-2))
+    sync = DistributedWeightSync(tmp_path / "run", fleet, group, timeout_s=20)
+
+    async def go() -> tuple:
+        transport = SGLangTransport(fleet.urls)
+        try:
+            await asyncio.to_thread(group.train, _scored_samples(group.vocab_size, 1))
+            await sync.push(transport, 1)  # the group forms
+            first = sync.group_name
+            options = sync.train_options()
+            await asyncio.to_thread(group.train, _scored_samples(group.vocab_size, 2),
+                                    **options)
+            started = time.monotonic()
+            await sync.disconnect(transport)  # instead of the push
+            disconnect_s = time.monotonic() - started
+            await asyncio.to_thread(group.train, _scored_samples(group.vocab_size, 3),
+                                    **sync.train_options())
+            await sync.push(transport, 3)
+            result = await transport.generate(GenerateRequest(
+                PROMPT, SamplingParams(max_new_tokens=6, seed=3)))
+            sample = Sample(tokens=PROMPT + result.output_ids, prompt_len=len(PROMPT),
+                            loss_mask=[1] * len(result.output_ids),
+                            logprobs=list(result.logprobs))
+            trainer = await asyncio.to_thread(group.logprobs, [sample])
+            return options, first, sync.group_name, disconnect_s, result, trainer[0]
+        finally:
+            await sync.close(transport)
+            await transport.close()
+
+    try:
+        options, first, second, disconnect_s, result, trainer = asyncio.run(go())
+    finally:
+        group.shutdown()
+    assert options == {"then_broadcast": first} and second not in (None, first)
+    assert disconnect_s < 15
+    assert result.weight_version == 3
+    assert result.logprobs == pytest.approx(trainer, abs=1e-4)

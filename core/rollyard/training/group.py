@@ -207,10 +207,11 @@ class TrainGroup:
         shares of them (whole groups where possible); the step's metrics.
 
         Without any trainable token (every group filtered, or no samples) nothing is updated
-        and ``num_samples_trained`` is 0. ``then_broadcast``: after an update, rank 0 stages
-        the new weights for the next broadcast over that weight-update group (opened with
-        :meth:`open_weight_sync`); :meth:`start_broadcast` must follow, and the metric
-        ``weight_staging_s`` says what staging took.
+        and ``num_samples_trained`` is 0. ``then_broadcast``: after the last update, rank 0
+        starts broadcasting the new weights over that weight-update group (opened with
+        :meth:`open_weight_sync`); the group's engines must receive them before the next
+        broadcast, which first checks that this one ended. The metric ``weight_staging_s``
+        says what starting it took.
         """
         start = time.perf_counter()
         items, step, metrics = self._items(samples)
