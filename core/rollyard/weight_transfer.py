@@ -191,22 +191,6 @@ def specs_from_body(body: Any) -> tuple[list[TensorSpec], str | None]:
     return specs, load_format
 
 
-def in_daemon_thread(call: Callable[[], Any], name: str) -> Future:
-    """Run ``call`` on a new daemon thread; its result or exception in a Future. A join, a
-    broadcast or a receive left waiting for a peer (until the group's timeout) never holds up
-    the process's exit, as a thread of an executor would."""
-    future: Future = Future()
-
-    def run() -> None:
-        try:
-            future.set_result(call())
-        except BaseException as exc:
-            future.set_exception(exc)
-
-    threading.Thread(target=run, name=name, daemon=True).start()
-    return future
-
-
 class JobThread:
     """Runs calls one at a time, in the order given, on one daemon thread started on first
     use: a broadcast or a receive waiting for its peers holds up neither the caller nor the

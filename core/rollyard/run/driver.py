@@ -499,10 +499,9 @@ class RunSession:
             train_metrics = await asyncio.to_thread(self.group.train, trained,
                                                     **self.weight_sync.train_options())
             # staging the weights for the push is the weight sync's time, not the update's
-            staging_s = train_metrics.pop("weight_staging_s", None)
-            if staging_s is not None:
+            staging_s = train_metrics.pop("weight_staging_s", 0.0)
+            if staging_s:
                 metrics["time/weight_staging_s"] = staging_s
-            staging_s = staging_s or 0.0
             metrics["time/train_s"] = time.perf_counter() - train_started - staging_s
             metrics.update({f"train/{k}": v for k, v in train_metrics.items()})
             sync_started = time.perf_counter()

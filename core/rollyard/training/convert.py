@@ -106,8 +106,13 @@ def megatron_to_hf(shards: list[dict[str, Tensor]], shape: ModelShape) -> dict[s
     """The full HF state dict from the Megatron parameters of every tensor-parallel rank.
     With one rank, a tensor that maps one to one is the parameter itself and gate and up are
     views of ``linear_fc1``: copy before writing, and before the next update."""
-    return {name: t.flatten(0, 1) if t.dim() == 3 else t
-            for name, t in megatron_to_hf_blocks(shards, shape).items()}
+    return hf_shaped(megatron_to_hf_blocks(shards, shape))
+
+
+def hf_shaped(blocks: dict[str, Tensor]) -> dict[str, Tensor]:
+    """What :func:`megatron_to_hf_blocks` gives, in the HF tensors' shapes (the query, key
+    and value blocks as rows)."""
+    return {name: t.flatten(0, 1) if t.dim() == 3 else t for name, t in blocks.items()}
 
 
 def megatron_to_hf_blocks(shards: list[dict[str, Tensor]],

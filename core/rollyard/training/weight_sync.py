@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from rollyard.training.convert import megatron_to_hf, megatron_to_hf_blocks
+from rollyard.training.convert import hf_shaped, megatron_to_hf_blocks
 from rollyard.weight_transfer import JobThread, TensorSpec, dtype_name
 
 if TYPE_CHECKING:
@@ -26,16 +26,13 @@ if TYPE_CHECKING:
 STAGED_BROADCAST_WAIT_S = 10.0
 
 
-@torch.no_grad()
 def gather_hf_state(worker: MegatronWorker) -> dict[str, torch.Tensor] | None:
     """The full Hugging Face state dict (in the training dtype) on global rank 0, None on
     the other ranks. Every rank must call this: the tensor-parallel ranks of the first
     data-parallel replica gather their shards together. A tensor may be a view of a
     parameter (one rank): copy it, in the export dtype, before the next update."""
-    from rollyard.training import cpu_compat
-
-    with cpu_compat.native_compute():  # plain tensor arithmetic, no literal CUDA device
-        return _gather(worker, megatron_to_hf)
+    blocks = gather_hf_blocks(worker)
+    return None if blocks is None else hf_shaped(blocks)
 
 
 @torch.no_grad()
@@ -44,11 +41,11 @@ def gather_hf_blocks(worker: MegatronWorker) -> dict[str, torch.Tensor] | None:
     gives it: with one rank, every tensor is a view of a parameter."""
     from rollyard.training import cpu_compat
 
-    with cpu_compat.native_compute():
-        return _gather(worker, megatron_to_hf_blocks)
+    with cpu_compat.native_compute():  # plain tensor arithmetic, no literal CUDA device
+        return _gather(worker)
 
 
-def _gather(worker: MegatronWorker, convert: Callable) -> dict[str, torch.Tensor] | None:
+def _gather(worker: MegatronWorker) -> dict[str, torch.Tensor] | None:
     import torch.distributed as dist
     from megatron.core import parallel_state
 
@@ -66,7 +63,7 @@ def _gather(worker: MegatronWorker, convert: Callable) -> dict[str, torch.Tensor
                 shards[rank][name] = part
     if worker.rank != 0:
         return None
-    return convert(shards, worker.shape)
+    return megatron_to_hf_blocks(shards, worker.shape)
 
 
 def weight_specs(worker: MegatronWorker) -> list[TensorSpec] | None:
@@ -125,18 +122,14 @@ class RankZeroSender:
         """Broadcast the policy over group ``group_name`` (every rank calls this; only rank 0
         sends): wait for the broadcast the last train step staged, or gather and broadcast
         now when there is none. Raises RollyardError when a receiver died or stalled."""
-        if group_name in self.staged:
-            pending = self.staged.pop(group_name)
-            if pending is not None:
-                _finished(pending, group_name)
-            return
-        state = self._policy(worker)
-        if state is None:
-            return
-        if group_name not in self.groups:
-            raise RuntimeError(f"weight update group {group_name!r} is not open on rank 0")
-        self._copy_in(state, group_name)
-        self._sender(group_name)()
+        staged = group_name in self.staged
+        if not staged:  # no train step staged it: start it now, and wait for the engines
+            if worker.rank == 0 and group_name not in self.groups:
+                raise RuntimeError(f"weight update group {group_name!r} is not open on rank 0")
+            self.stage_broadcast(worker, group_name)
+        pending = self.staged.pop(group_name)
+        if pending is not None:
+            _finished(pending, group_name, STAGED_BROADCAST_WAIT_S if staged else None)
 
     def stage_broadcast(self, worker: MegatronWorker, group_name: str) -> None:
         """Start the next broadcast over the group on a thread, which copies the policy into
@@ -148,7 +141,7 @@ class RankZeroSender:
         forms a new one and sends at once."""
         previous = self.staged.pop(group_name, None)
         if previous is not None:
-            _finished(previous, group_name)
+            _finished(previous, group_name, STAGED_BROADCAST_WAIT_S)
         state = self._policy(worker)
         if state is None:
             self.staged[group_name] = None
@@ -225,12 +218,12 @@ class RankZeroSender:
         self.buckets.pop(group_name, None)
 
 
-def _finished(broadcast: Future, group_name: str) -> None:
-    """Check that a staged broadcast went out: the engines' success said so, so it has
-    finished or is about to; raises its error, or RuntimeError when it still waits for a
-    receiver (no push followed the train step that staged it)."""
+def _finished(broadcast: Future, group_name: str, timeout_s: float | None) -> None:
+    """Wait for a broadcast to end; raises its error, or RuntimeError when it still waits
+    for a receiver after ``timeout_s`` (None: the group's own timeout). A staged broadcast
+    gets :data:`STAGED_BROADCAST_WAIT_S`: the engines' success said it went out."""
     try:
-        broadcast.result(timeout=STAGED_BROADCAST_WAIT_S)
+        broadcast.result(timeout=timeout_s)
     except TimeoutError:
         raise RuntimeError(f"the weight broadcast staged for group {group_name!r} was never "
                            "received: no push followed the train step that staged it") from None

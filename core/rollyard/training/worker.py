@@ -160,11 +160,11 @@ class MegatronWorker:
         """
         from megatron.core.distributed import finalize_model_grads
 
+        from rollyard.training.weight_sync import sender_of
+
         if not isinstance(step, StepInfo):
             step = StepInfo(sequences=len(items), tokens=float(step), max_response_len=max(
                 (len(item.loss_mask) for item in items), default=1))
-        from rollyard.training.weight_sync import sender_of
-
         start = time.perf_counter()
         sender_of(self).settle()  # a staged weight broadcast has copied the weights
         self.ddp.train()

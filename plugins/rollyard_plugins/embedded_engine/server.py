@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from aiohttp import web
-from rollyard.weight_transfer import in_daemon_thread, specs_from_body
+from rollyard.weight_transfer import specs_from_body
 
 from rollyard_plugins.embedded_engine.model_runner import ModelRunner
 from rollyard_plugins.embedded_engine.options import EmbeddedOptions
@@ -25,7 +25,11 @@ from rollyard_plugins.embedded_engine.protocol import (
     parse_generate,
 )
 from rollyard_plugins.embedded_engine.scheduler import Scheduler, Sequence
-from rollyard_plugins.embedded_engine.weight_update import GroupError, WeightUpdateGroups
+from rollyard_plugins.embedded_engine.weight_update import (
+    GroupError,
+    WeightUpdateGroups,
+    in_daemon_thread,
+)
 
 log = logging.getLogger("rollyard.embedded_engine")
 

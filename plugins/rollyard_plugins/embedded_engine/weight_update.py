@@ -158,3 +158,19 @@ class WeightUpdateGroups:
                 self.destroy(name)
             except GroupError:
                 pass
+
+
+def in_daemon_thread(call: Callable[[], Any], name: str) -> Future:
+    """Run ``call`` on a new daemon thread; its result or exception in a Future. A join or a
+    receive left waiting for a peer (until the group's timeout) never holds up the engine's
+    exit, as a thread of an executor would."""
+    future: Future = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(call())
+        except BaseException as exc:
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return future
