@@ -51,6 +51,9 @@ def parse_reward(text: str) -> tuple[str, float]:
 RUN, ROLLOUT, INFERENCE, TRAINING = "run", "rollout", "inference", "training"
 EVALUATION = "evaluation"
 
+#: groups per optimizer update when --minibatches is left to its default
+GROUPS_PER_MINIBATCH = 4
+
 
 @dataclass(frozen=True)
 class RunConfig:
@@ -96,7 +99,7 @@ class RunConfig:
     reward: tuple[str, ...] = option(
         (), group=ROLLOUT, metavar="NAME[=W]", check=reward_weight,
         help="rewards to apply (repeatable); default: the rollout's own")
-    groups_per_step: int = option(8, group=ROLLOUT, check=positive, help="tasks per step")
+    groups_per_step: int = option(64, group=ROLLOUT, check=positive, help="tasks per step")
     group_size: int = option(8, group=ROLLOUT, check=positive,
                              help="samples per task (GRPO group)")
     max_concurrent_groups: int = option(8, group=ROLLOUT, check=positive,
@@ -189,9 +192,11 @@ class RunConfig:
         True, group=TRAINING, help="compute a prompt once for the samples that share it (one "
                                    "input row: the prompt, then each response, which sees only "
                                    "the prompt and itself); the loss is the same")
-    minibatches: int = option(4, group=TRAINING, check=positive,
-                              help="optimizer updates per step: the step's samples are split "
-                                   "into this many mini-batches, one update each")
+    minibatches: int | None = option(
+        None, group=TRAINING, check=positive,
+        help="optimizer updates per step: the step's samples are split into this many "
+             f"mini-batches, one update each (default: one per {GROUPS_PER_MINIBATCH} groups "
+             "of --groups-per-step)")
     keep_zero_variance_groups: bool = option(
         False, group=TRAINING, help="train on groups whose rewards are all equal")
 
@@ -202,6 +207,10 @@ class RunConfig:
         for spec in core_specs():
             object.__setattr__(self, spec.name, spec.coerce(getattr(self, spec.name),
                                                             spec.flag))
+        if self.minibatches is None:
+            # resolved here, so config.json records the updates per step the run made
+            object.__setattr__(self, "minibatches",
+                               max(1, self.groups_per_step // GROUPS_PER_MINIBATCH))
         if self.lr_decay_style != "constant" and self.lr_decay_steps is None:
             # resolved here, so config.json keeps the horizon when a resume changes --steps
             object.__setattr__(self, "lr_decay_steps", self.steps)

@@ -143,6 +143,39 @@ def test_dapo_shapes_no_length_by_default_and_none_means_half_the_budget() -> No
     assert adv == [0.0, 0.0]  # both inside the free half
 
 
+def test_dapo_kl_cov_holds_the_highest_covariance_token_with_a_kl_penalty() -> None:
+    """Log-probs -0.1, -2.0 (A = 1) and -0.5, -1.0 (A = -1): mean -0.9 and 0, so the covariance
+    terms are 0.8, -1.1, -0.4 and 0.1. A share of 1/4 holds the first token: its loss is
+    -ρA + |Δ| = -e^0.1 + 0.1 (gradient -e^0.1 + 1) instead of the clipped -e^0.1 (gradient
+    -e^0.1). The rest keep the clipped loss (ratio 1: -1, 1, 1). Mean over 4 tokens."""
+    logprobs, old = [[-0.1, -2.0], [-0.5, -1.0]], [[-0.2, -2.0], [-0.5, -1.0]]
+    step, mask = StepInfo(2, 4.0, 2), [[1.0, 1.0], [1.0, 1.0]]
+    held, grad = loss(DAPO(DAPO.Options(kl_cov_ratio=0.25)), logprobs, old, [1.0, -1.0], mask,
+                      step)
+    assert held.loss.item() == pytest.approx((-math.exp(0.1) + 0.1 - 1 + 1 + 1) / 4, abs=1e-6)
+    assert grad.flatten().tolist() == pytest.approx([(1 - math.exp(0.1)) / 4, -0.25, 0.25, 0.25])
+    plain, grad = loss(DAPO(), logprobs, old, [1.0, -1.0], mask, step)
+    assert plain.loss.item() == pytest.approx((-math.exp(0.1) - 1 + 1 + 1) / 4)
+    assert grad[0, 0].item() == pytest.approx(-math.exp(0.1) / 4)
+
+
+def test_dapo_kl_cov_holds_a_share_of_the_trained_tokens_only() -> None:
+    """Mean log-prob -1.4 over the four trained tokens: covariance terms 1.3, -1.6, -0.9 and
+    0.6. Half of them are the two positive ones; all of them are still those two (padding and
+    negative terms are never held); equal advantages hold nothing."""
+    from rollyard_plugins.algorithms.dapo import high_covariance_tokens
+
+    logprobs = torch.tensor([[-0.1, -3.0, 0.0], [-0.5, -2.0, 0.0]])
+    advantages = torch.tensor([[1.0, 1.0, 1.0], [-1.0, -1.0, -1.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0]])
+    two = [[True, False, False], [False, True, False]]
+    assert high_covariance_tokens(logprobs, advantages, mask, 0.5).tolist() == two
+    assert high_covariance_tokens(logprobs, advantages, mask, 1.0).tolist() == two
+    assert high_covariance_tokens(logprobs, advantages, mask, 0.25).tolist() == [
+        [True, False, False], [False, False, False]]
+    assert not high_covariance_tokens(logprobs, torch.ones(2, 3), mask, 1.0).any()
+
+
 def test_dapo_dynamic_sampling_decides_the_filtering() -> None:
     assert DAPO().filters_zero_variance is True
     assert DAPO(DAPO.Options(dynamic_sampling=False)).filters_zero_variance is False
@@ -194,6 +227,8 @@ def test_rloo_loss_on_policy_is_reinforce() -> None:
                                                          "clip_high=0.2"),
     (lambda: GSPO.Options(clip_low=4e-3, clip_high=3e-3), "clip_low=0.004 is greater"),
     (lambda: DAPO.Options(overlong_buffer=-1), "overlong_buffer is -1"),
+    (lambda: DAPO.Options(kl_cov_ratio=1.5), "kl_cov_ratio is 1.5"),
+    (lambda: DAPO.Options(kl_cov_coef=-1.0), "kl_cov_coef is -1.0"),
     (lambda: RLOO.Options(clip_eps=-1.0), "clip_eps is -1.0"),
 ])
 def test_bad_algorithm_options_name_the_field(make, message: str) -> None:

@@ -193,6 +193,18 @@ def test_a_decaying_learning_rate_keeps_its_horizon_across_a_resume():
         RunConfig(lr_decay_style="step")
 
 
+def test_the_default_minibatches_are_one_per_four_groups_and_saved_resolved():
+    assert RunConfig(groups_per_step=32).minibatches == 8
+    assert RunConfig(groups_per_step=6).minibatches == 1
+    assert RunConfig(groups_per_step=1).minibatches == 1
+    assert RunConfig(groups_per_step=32, minibatches=3).minibatches == 3
+    config = RunConfig(groups_per_step=16)
+    assert config.to_data()["minibatches"] == 4
+    assert config.replace(groups_per_step=64).minibatches == 4  # a saved config keeps its own
+    with pytest.raises(ConfigError, match="--minibatches"):
+        RunConfig(minibatches=0)
+
+
 def test_plugins_receive_a_read_only_view_and_typed_options():
     config = RunConfig(seed=3, plugin_options={"maze": MazeOptions()})
     view = ConfigView(config)
