@@ -179,6 +179,11 @@ class RunConfig:
         help="when groups with equal rewards are filtered, draw more groups, up to this many "
              "times --groups-per-step in all, until the step has --groups-per-step groups "
              "with a learning signal")
+    replay_best: bool = option(
+        True, group=ROLLOUT,
+        help="keep each training task's highest-reward sample and add it to a later group of "
+             "that task whose samples all scored below it (self-imitation), so a group that "
+             "settled on a worse answer still carries a learning signal")
     kl_coef: float = option(0.0, group=TRAINING, check=non_negative,
                             help="weight of the KL penalty to the initial policy")
     entropy_coef: float = option(0.0, group=TRAINING, help="weight of the entropy bonus")

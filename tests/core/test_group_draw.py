@@ -6,7 +6,7 @@ import asyncio
 import itertools
 
 import pytest
-from rollyard.run.group_draw import draw_groups, has_signal, resample_budget
+from rollyard.run.group_draw import GroupDraw, draw_groups, has_signal, resample_budget
 from rollyard.types import Sample, SampleStatus
 
 
@@ -44,7 +44,8 @@ def test_groups_without_signal_are_replaced_until_the_step_is_full():
     assert engine.calls == [4, 2, 1]  # the shortfall each time
     assert drawn.signal_groups() == 4 and drawn.groups_drawn == 7
     assert drawn.metrics() == {"rollout/zero_variance_share": 0.5, "rollout/resamples": 2.0,
-                               "rollout/groups_drawn": 7.0, "rollout/signal_groups": 4.0}
+                               "rollout/groups_drawn": 7.0, "rollout/signal_groups": 4.0,
+                               "rollout/replayed": 0.0}
     trained = drawn.training_samples(4)
     assert len({s.group_id for s in trained}) == 4 and all(
         has_signal([s for s in trained if s.group_id == g]) for g in {"g0", "g3", "g5", "g6"})
@@ -71,3 +72,26 @@ def test_kept_equal_groups_are_trained_on():
     drawn = asyncio.run(draw_groups(engine, wanted=3, budget=12, refill=False))
     assert len(drawn.training_samples(3, signal_only=False)) == 6
     assert len(drawn.training_samples(3)) == 2
+
+
+def test_a_replayed_sample_gives_its_equal_group_a_signal_and_is_trained_not_counted():
+    settled, other = group("g0", [0.5, 0.5]), group("g1", [0.5, 0.5])
+    best = group("g0", [1.5])[0]
+    drawn = GroupDraw(settled + other, {}, replayed=[best])
+    assert drawn.samples == settled + other  # what the step's sample metrics describe
+    assert drawn.signal_groups() == 1 and drawn.metrics()["rollout/replayed"] == 1.0
+    assert drawn.training_samples(2) == [*settled, best]
+
+
+def test_a_replayed_sample_is_dropped_with_its_group():
+    drawn = GroupDraw(group("g0", [0.0, 1.0]), {}, replayed=group("g9", [2.0]))
+    assert drawn.groups() == [group("g0", [0.0, 1.0])]
+
+
+def test_replayed_samples_count_towards_the_groups_with_a_signal_when_redrawing():
+    async def engine(count):
+        samples = [s for i in range(count) for s in group(f"g{i}", [0.5, 0.5])]
+        return samples, {}, [group(f"g{i}", [1.0])[0] for i in range(count)]
+
+    drawn = asyncio.run(draw_groups(engine, wanted=3, budget=12, refill=True))
+    assert drawn.draws == 1 and drawn.signal_groups() == 3

@@ -23,9 +23,11 @@ import psutil
 import pytest
 
 STEPS = 5
+#: Four training words (and one eval word), so later steps meet their tasks again and
+#: replay their best samples (--replay-best): a resumed run must restore those too.
 COMMON = ["--steps", str(STEPS), "--seed", "5", "--groups-per-step", "2", "--group-size", "4",
           "--max-new-tokens", "8", "--no-progress", "--num-cpus", "2",
-          "--embedded-max-batch-size", "1"]
+          "--embedded-max-batch-size", "1", "--toy-num-tasks", "5"]
 TAG = "ROLLYARD_TEST_RUN"  # marks every process a test's run starts, to find leftovers
 TIMING = ("time/", "perf/", "train/step_time", "train/tokens_per_s", "train/rank_step_time")
 #: The second run evaluates every 2 steps (and after the last) and writes TensorBoard events.
@@ -130,6 +132,7 @@ def observed(root: Path) -> Path:
 @pytest.mark.slow
 def test_two_runs_with_the_same_seed_write_the_same_metrics_and_weights(reference, observed):
     assert [r["step"] for r in rows(observed)] == list(range(1, STEPS + 1))
+    assert sum(r["rollout/replayed"] for r in rows(reference)) > 0
     assert rows(observed) == rows(reference)
     assert final_weights(observed) == final_weights(reference)
     # the samples too: same tokens, logprobs, rewards, group names, text
@@ -142,7 +145,7 @@ def test_evaluation_runs_every_interval_and_after_the_last_step(observed):
     evaluated = {row["step"]: row for row in raw_rows(observed) if "eval/reward" in row}
     assert sorted(evaluated) == [2, 4, STEPS]
     for row in evaluated.values():
-        assert row["eval/tasks"] == 4
+        assert row["eval/tasks"] == 1  # --eval-tasks 4, but the eval split has one word
         assert 0 <= row["eval/pass@1"] <= row["eval/pass@3"] <= 1
         assert 0 <= row["eval/reward"] <= 2 and row["time/eval_s"] > 0
     samples = [json.loads(line) for line in (observed / "samples.jsonl").read_text().splitlines()]

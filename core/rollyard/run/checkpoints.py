@@ -42,6 +42,10 @@ class CheckpointError(RollyardError):
     """A checkpoint could not be written, or a run folder holds none that can be used."""
 
 
+#: The file of a checkpoint that holds each task's best sample (``--replay-best``).
+BEST_SAMPLES_FILE = "best_samples.pkl"
+
+
 @dataclass(frozen=True)
 class Checkpoint:
     """A complete checkpoint folder and its manifest."""
@@ -66,6 +70,11 @@ class Checkpoint:
     @property
     def rollout_file(self) -> Path:
         return self.path / "rollout.pkl"
+
+    @property
+    def best_samples_file(self) -> Path:
+        """Each task's best sample (``--replay-best``); absent in checkpoints from before it."""
+        return self.path / BEST_SAMPLES_FILE
 
 
 def checkpoint_name(step: int) -> str:

@@ -21,6 +21,7 @@ from rollyard.errors import ConfigError, TooManyFailures, strip_ansi
 from rollyard.options import options_data
 from rollyard.plugin_options import observer_tables, table_of
 from rollyard.plugins import PluginManager
+from rollyard.run.best_replay import BestSamples, rescore_replayed
 from rollyard.run.engines import EngineFleet
 from rollyard.run.evaluate import EvalPlan, run_evaluation
 from rollyard.run.group_draw import GroupDraw, draw_groups, resample_budget
@@ -359,6 +360,8 @@ class RunSession:
         #: Engine restarts and weight pushes, which may otherwise meet in async mode.
         self._engines = asyncio.Lock()
         self.versions = VersionLog()
+        #: each training task's best sample so far (``--replay-best``)
+        self.best = BestSamples()
 
     @property
     def ahead(self) -> int:
@@ -403,7 +406,7 @@ class RunSession:
             self.versions = VersionLog(self.weight_version)
             pipeline = RolloutPipeline(
                 lambda step: self.rollout(step, pool, transport, tasks), saves.first_step,
-                config.steps, self.ahead, lambda: take_snapshot(pool, tasks))
+                config.steps, self.ahead, lambda: take_snapshot(pool, tasks, self.best))
             self.clock = PhaseClock()
             pipeline.start()
             with progress:
@@ -493,6 +496,7 @@ class RunSession:
         if self.ahead:
             metrics.update(staleness_metrics(trained, self.versions, self.ahead, dropped))
         await self.checkpoints.settle()  # the trainer's part of a checkpoint is written
+        await asyncio.to_thread(rescore_replayed, trained, draw.replayed, self.group.logprobs)
         self.checkpoints.fault("train", step)
         with self.clock.busy(TRAINER):
             train_started = time.perf_counter()
@@ -532,7 +536,9 @@ class RunSession:
         async def draw(count: int) -> tuple[list[Sample], dict[str, float]]:
             first = tasks.drawn
             seeds = [derive_seed(config.seed, step, first + i) for i in range(count)]
-            return await asyncio.to_thread(pool.collect, tasks.take(count), seeds)
+            samples, metrics = await asyncio.to_thread(pool.collect, tasks.take(count), seeds)
+            replayed = self.best.replays(samples) if config.replay_best else []
+            return samples, metrics, replayed
 
         return await draw_groups(draw, config.groups_per_step,
                                  resample_budget(config.groups_per_step,

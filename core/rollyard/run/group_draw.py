@@ -16,18 +16,25 @@ def has_signal(group: list[Sample]) -> bool:
 
 
 class GroupDraw:
-    """Samples of every group drawn for a step, in the order they were drawn."""
+    """Samples of every group drawn for a step, in the order they were drawn, and the replayed
+    samples (``--replay-best``, :mod:`rollyard.run.best_replay`) added to their groups."""
 
-    def __init__(self, samples: list[Sample], worker_metrics: dict[str, float]) -> None:
+    def __init__(self, samples: list[Sample], worker_metrics: dict[str, float],
+                 replayed: list[Sample] | None = None) -> None:
+        #: the samples the rollouts drew (what the step's sample metrics describe)
         self.samples: list[Sample] = []
+        #: copies of earlier samples, each a member of the group whose ``group_id`` it has
+        self.replayed: list[Sample] = []
         self.draws = 0
         self._worker: dict[str, list[float]] = defaultdict(list)
-        self.add(samples, worker_metrics)
+        self.add(samples, worker_metrics, replayed)
         #: share of the first draw's groups without a signal (before any redraw)
         self.first_zero_variance_share = self.zero_variance_share()
 
-    def add(self, samples: list[Sample], worker_metrics: dict[str, float]) -> None:
+    def add(self, samples: list[Sample], worker_metrics: dict[str, float],
+            replayed: list[Sample] | None = None) -> None:
         self.samples += samples
+        self.replayed += replayed or []
         self.draws += 1
         for key, value in worker_metrics.items():
             self._worker[key].append(value)
@@ -43,9 +50,14 @@ class GroupDraw:
         return {k: sum(v) / len(v) for k, v in self._worker.items()}
 
     def groups(self) -> list[list[Sample]]:
+        """Each group's drawn samples, then its replayed one (a replayed sample whose group
+        has no drawn sample left, dropped as stale, is left out)."""
         by_id: dict[str, list[Sample]] = defaultdict(list)
         for sample in self.samples:
             by_id[sample.group_id].append(sample)
+        for sample in self.replayed:
+            if sample.group_id in by_id:
+                by_id[sample.group_id].append(sample)
         return list(by_id.values())
 
     def signal_groups(self) -> int:
@@ -67,10 +79,12 @@ class GroupDraw:
         return {"rollout/zero_variance_share": self.first_zero_variance_share,
                 "rollout/resamples": float(self.draws - 1),
                 "rollout/groups_drawn": float(self.groups_drawn),
-                "rollout/signal_groups": float(self.signal_groups())}
+                "rollout/signal_groups": float(self.signal_groups()),
+                "rollout/replayed": float(len(self.replayed))}
 
 
-Draw = Callable[[int], Awaitable[tuple[list[Sample], dict[str, float]]]]
+#: Draws groups: (samples, worker metrics, replayed samples).
+Draw = Callable[[int], Awaitable[tuple[list[Sample], dict[str, float], list[Sample]]]]
 
 
 def resample_budget(wanted: int, factor: float) -> int:

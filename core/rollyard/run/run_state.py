@@ -4,10 +4,10 @@ A checkpoint holds everything that decides the rest of a run: the trainer's mode
 LR schedule and rng states (saved by the ranks, :mod:`rollyard.training.trainer_state`), the
 policy as a Hugging Face folder (what the engines serve), each rollout worker's
 ``Rollout.state_dict()``, the task cursor (:class:`rollyard.run.driver.TaskCycle`, whose rng
-is the run's), the weight version and the training time so far. Sampling seeds are derived
-from the run's seed, the step and the draw index (:mod:`rollyard.seeding`), so they need no
-saving. metrics.jsonl and samples.jsonl are cut back to the checkpoint's step by their logger
-(``on_run_start(..., resumed_step)``).
+is the run's), each task's best sample (``--replay-best``), the weight version and the
+training time so far. Sampling seeds are derived from the run's seed, the step and the draw
+index (:mod:`rollyard.seeding`), so they need no saving. metrics.jsonl and samples.jsonl are
+cut back to the checkpoint's step by their logger (``on_run_start(..., resumed_step)``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rollyard.run.checkpoints import Checkpoint, CheckpointStore
+from rollyard.run.checkpoints import BEST_SAMPLES_FILE, Checkpoint, CheckpointStore
 from rollyard.run.faults import fault_point
 from rollyard.run.signals import StopSignals
 
@@ -32,16 +32,18 @@ WEIGHTS_FILE = "model.safetensors"
 
 @dataclass(frozen=True)
 class RolloutSnapshot:
-    """The task cursor and every rollout worker's state at one moment."""
+    """The task cursor, every rollout worker's state and the best samples at one moment."""
 
     tasks: dict[str, Any]
     rollouts: list[Any]
+    best: dict[str, Any]
 
 
-async def take_snapshot(pool: Any, tasks: Any) -> RolloutSnapshot:
-    """The state of the task cursor and the rollout workers now (no rollout may be drawing)."""
-    cursor = tasks.state_dict()
-    return RolloutSnapshot(cursor, await asyncio.to_thread(pool.state_dicts))
+async def take_snapshot(pool: Any, tasks: Any, best: Any) -> RolloutSnapshot:
+    """The state of the task cursor, the rollout workers and the best samples
+    (:class:`rollyard.run.best_replay.BestSamples`) now (no rollout may be drawing)."""
+    cursor, kept = tasks.state_dict(), best.state_dict()
+    return RolloutSnapshot(cursor, await asyncio.to_thread(pool.state_dicts), kept)
 
 
 class RunCheckpoints:
@@ -96,10 +98,10 @@ class RunCheckpoints:
         again (the next update, the end of the run)."""
         await self.settle()
         started = time.perf_counter()
-        before = before or await take_snapshot(pool, tasks)
+        before = before or await take_snapshot(pool, tasks, session.best)
         state = {"weight_version": session.weight_version, "tasks": before.tasks,
                  "elapsed_s": self.elapsed(), "seed": session.config.seed}
-        rollout_states = before.rollouts
+        rollout_states, best = before.rollouts, before.best
         group, weights_dir = session.group, session.weights_dir
 
         def write(folder: Path) -> dict[str, Any]:
@@ -108,6 +110,8 @@ class RunCheckpoints:
             self._write_policy(group, weights_dir, folder / "hf")
             with open(folder / "rollout.pkl", "wb") as fh:
                 pickle.dump(rollout_states, fh)
+            with open(folder / BEST_SAMPLES_FILE, "wb") as fh:
+                pickle.dump(best, fh)
             return state
 
         self.saved_step = step
@@ -160,6 +164,8 @@ class RunCheckpoints:
         states = pickle.loads(checkpoint.rollout_file.read_bytes())
         await asyncio.to_thread(pool.load_state_dicts, states)
         tasks.load_state_dict(checkpoint.state["tasks"])
+        if checkpoint.best_samples_file.is_file():
+            session.best.load_state_dict(pickle.loads(checkpoint.best_samples_file.read_bytes()))
         version = int(checkpoint.state["weight_version"])
         if version:  # the engines serve the restored policy, under its version, as before
             await session.push_weights(transport, version)
