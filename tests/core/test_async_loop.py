@@ -41,10 +41,11 @@ class Engine(ScriptedTransport):
 
 class Workers:
     """Rollout workers: each sample takes ``delay`` s and records the version the engine
-    serves when it is generated; rewards alternate, so every group has a signal."""
+    serves when it is generated; rewards alternate between 0 and 1, 2 or 3 (by the groups
+    drawn before), so every group has a signal and a task's groups differ in their best."""
 
-    def __init__(self, engine: Engine, delay: float) -> None:
-        self.engine, self.delay = engine, delay
+    def __init__(self, engine: Engine, delay: float, tasks: int = 1000) -> None:
+        self.engine, self.delay, self.tasks = engine, delay, tasks
         self.collected: list[list[int]] = []
         self.drawn = 0  # the rollout plugin's own state: tasks it ran
 
@@ -53,7 +54,7 @@ class Workers:
         return self
 
     def num_tasks(self, split: str) -> int:
-        return 1000
+        return self.tasks
 
     def collect(self, tasks: list[int], seeds: list) -> tuple[list[Sample], dict]:
         self.collected.append(list(tasks))
@@ -62,7 +63,8 @@ class Workers:
             for i in range(self.group_size):
                 time.sleep(self.delay)
                 samples.append(Sample(tokens=[1, 2, 3], prompt_len=2, loss_mask=[1],
-                                      logprobs=[-0.5], reward=float(i % 2),
+                                      logprobs=[-0.5],
+                                      reward=float(i % 2 * (1 + self.drawn % 3)),
                                       task_id=f"t{task}", group_id=f"g{task}",
                                       weight_version=self.engine.weight_version))
             self.drawn += 1
@@ -88,9 +90,14 @@ class Trainer:
         self.delay = delay
         self.version = 0
         self.seen: list[tuple[int, list[int]]] = []
+        self.trained: list[list[Sample]] = []
+
+    def logprobs(self, samples: list[Sample]) -> list[list[float]]:
+        return [[-0.25] * s.response_len for s in samples]
 
     def train(self, samples: list[Sample]) -> dict[str, float]:
         self.seen.append((self.version, [s.weight_version for s in samples]))
+        self.trained.append(samples)
         time.sleep(self.delay)
         self.version += 1
         return {"num_samples_trained": float(len(samples))}
@@ -107,12 +114,12 @@ class Trainer:
 
 def run_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, rollout_delay: float = 0.0,
              train_delay: float = 0.0, frozen: bool = False, save_interval: int = 0,
-             stop_after: float | None = None, **options: object,
-             ) -> tuple[list[dict], Trainer, Workers, dict[int, tuple[dict, list]]]:
+             stop_after: float | None = None, tasks: int = 1000, **options: object,
+             ) -> tuple[list[dict], Trainer, Workers, dict[int, tuple[dict, list, dict]]]:
     """Run the real loop over the stand-ins; returns each step's metrics, the trainer, the
-    workers and every checkpoint's (driver state, rollout states)."""
+    workers and every checkpoint's (driver state, rollout states, best samples)."""
     engine = Engine(frozen)
-    workers = Workers(engine, rollout_delay)
+    workers = Workers(engine, rollout_delay, tasks)
     trainer = Trainer(train_delay)
     monkeypatch.setattr(driver, "RolloutPool", workers)
     config = RunConfig(weight_sync="disk", groups_per_step=2, group_size=4,
@@ -128,12 +135,13 @@ def run_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, rollout_delay: 
     run_dir = tmp_path / "run"
     run_dir.mkdir(parents=True)
     saves = RunCheckpoints(run_dir, save_interval, StopSignals())
-    saved: dict[int, tuple[dict, list]] = {}
+    saved: dict[int, tuple[dict, list, dict]] = {}
     store_save = saves.store.save
 
     def recording_save(step, write, fault=lambda point: None):
         checkpoint = store_save(step, write, fault)
-        saved[step] = (checkpoint.state, pickle.loads(checkpoint.rollout_file.read_bytes()))
+        saved[step] = (checkpoint.state, pickle.loads(checkpoint.rollout_file.read_bytes()),
+                       pickle.loads(checkpoint.best_samples_file.read_bytes()))
         return checkpoint
 
     saves.store.save = recording_save
@@ -212,9 +220,28 @@ def test_a_checkpoint_leaves_out_the_rollout_running_ahead(tmp_path, monkeypatch
     done = len(rows)
     assert 2 < done < 50 and sorted(saved)[-1] == done
     assert workers.drawn > done * 2  # the rollout of the next step had drawn its tasks
-    for step, (state, rollout_states) in saved.items():
+    for step, (state, rollout_states, _) in saved.items():
         assert state["tasks"]["drawn"] == step * 2 == rollout_states[0]["drawn"]
         assert state["weight_version"] == step
+
+
+def test_replayed_best_samples_are_rescored_and_checkpointed_without_the_rollout_ahead(
+        tmp_path, monkeypatch):
+    rows, trainer, workers, saved = run_loop(
+        tmp_path, monkeypatch, train_delay=0.05, steps=8, save_interval=1, tasks=3,
+        async_rollout=True)
+    assert sum(row["rollout/replayed"] for row in rows) > 0
+    replayed = [s for step in trainer.trained for s in step if s.logprobs == [-0.25]]
+    assert len(replayed) == sum(row["rollout/replayed"] for row in rows)  # all rescored
+    # each checkpoint holds the best of the groups of its steps, not of the step whose
+    # rollout ran ahead while it was taken (the trainer is the slow side here)
+    best: dict[str, float] = {}
+    groups = [task for call in workers.collected for task in call]
+    for step in range(1, 9):
+        for index in range(2 * (step - 1), 2 * step):
+            best[f"t{groups[index]}"] = max(best.get(f"t{groups[index]}", 0.0),
+                                            1.0 + index % 3)
+        assert {task: s.reward for task, s in saved[step][2].items()} == best
 
 
 def test_version_log_counts_updates_not_version_numbers():

@@ -29,7 +29,7 @@ def test_a_group_below_the_best_gets_a_copy_of_it_with_the_group_id_and_version(
     [replayed] = best.replays(group("a", "a/1", [0.5, 0.5], version=4))
     assert replayed.tokens == first[1].tokens and replayed.reward == 0.9
     assert replayed.group_id == "a/1" and replayed.weight_version == 4
-    assert replayed.metadata == {"completion": "answer 1", REPLAYED_FROM: 1}
+    assert replayed.metadata == {REPLAYED_FROM: 1}  # the environment's metadata is not kept
     assert first[1].group_id == "a/0" and first[1].metadata == {"completion": "answer 1"}
 
 

@@ -23,7 +23,8 @@ REPLAYED_FROM = "replayed_from_version"
 
 
 class BestSamples:
-    """The highest-reward usable sample of each task seen so far."""
+    """The highest-reward usable sample of each task seen so far, without its metadata. They
+    stay in the driver's memory and go into every checkpoint: one per training task."""
 
     def __init__(self) -> None:
         self._best: dict[str, Sample] = {}
@@ -46,10 +47,12 @@ class BestSamples:
             if kept is not None and kept.reward > top.reward:
                 replayed.append(dataclasses.replace(
                     kept, group_id=group_id, weight_version=top.weight_version,
-                    metadata={**kept.metadata, REPLAYED_FROM: kept.weight_version}))
+                    metadata={REPLAYED_FROM: kept.weight_version}))
             best_so_far = found.get(top.task_id, kept)
             if best_so_far is None or top.reward > best_so_far.reward:
-                found[top.task_id] = top
+                # what training needs, without the environment's metadata (the decoded text
+                # and whatever the rollout kept): one sample per task stays in memory
+                found[top.task_id] = dataclasses.replace(top, metadata={})
         self._best.update(found)
         return replayed
 

@@ -533,7 +533,7 @@ class RunSession:
         sampling seed comes from the run's seed, the step and the group's draw index."""
         config = self.config
 
-        async def draw(count: int) -> tuple[list[Sample], dict[str, float]]:
+        async def draw(count: int) -> tuple[list[Sample], dict[str, float], list[Sample]]:
             first = tasks.drawn
             seeds = [derive_seed(config.seed, step, first + i) for i in range(count)]
             samples, metrics = await asyncio.to_thread(pool.collect, tasks.take(count), seeds)
