@@ -19,7 +19,7 @@ def group(task: str, group_id: str, rewards: list[float], version: int = 0,
 def test_the_first_groups_of_a_task_set_its_best_and_replay_nothing():
     best = BestSamples()
     assert best.replays(group("a", "a/0", [0.2, 0.9, 0.4])) == []
-    assert best.state_dict()["a"].reward == 0.9 and len(best) == 1
+    assert {task: s.reward for task, s in best.state_dict().items()} == {"a": 0.9}
 
 
 def test_a_group_below_the_best_gets_a_copy_of_it_with_the_group_id_and_version():
@@ -55,7 +55,7 @@ def test_tasks_are_kept_apart_and_groups_of_one_call_do_not_replay_each_other():
 def test_unusable_samples_are_neither_kept_nor_compared():
     best = BestSamples()
     best.replays(group("a", "a/0", [2.0], status=SampleStatus.FAILED))
-    assert len(best) == 0
+    assert best.state_dict() == {}
     best.replays(group("a", "a/1", [0.4]))
     failed_group = group("a", "a/2", [0.0], status=SampleStatus.ABORTED)
     assert best.replays(failed_group) == []  # no usable sample: nothing to train it with
@@ -71,16 +71,20 @@ def test_the_state_round_trips_through_pickle():
 
 
 def test_replayed_samples_being_trained_get_the_current_policys_logprobs():
+    best = BestSamples()
+    best.replays(group("a", "a/0", [0.9]))
     fresh = group("a", "a/1", [0.1, 0.2])
-    replayed = group("a", "a/1", [0.9])[0]
-    unused = group("b", "b/1", [0.9])[0]  # replayed, but its group is not trained
+    [replayed] = best.replays(fresh)
     asked: list[list[Sample]] = []
 
     def trainer_logprobs(samples: list[Sample]) -> list[list[float]]:
         asked.append(samples)
         return [[-0.25] for _ in samples]
 
-    rescore_replayed([*fresh, replayed], [replayed, unused], trainer_logprobs)
+    rescore_replayed([*fresh, replayed], trainer_logprobs)
     assert asked == [[replayed]]
-    assert replayed.logprobs == [-0.25] and unused.logprobs == [-0.5]
+    assert replayed.logprobs == [-0.25]
     assert [s.logprobs for s in fresh] == [[-0.5], [-1.5]]
+    assert best.state_dict()["a"].logprobs == [-0.5]  # the kept sample is not changed
+    rescore_replayed(fresh, trainer_logprobs)
+    assert len(asked) == 1  # nothing replayed: no call

@@ -165,3 +165,35 @@ def test_jsonl_rows_after_the_checkpoint_are_dropped(tmp_path):
     assert path.read_text() == rows[0] + "\n" + rows[1] + "\n"
     keep_rows_until(path, 0)  # a new run starts empty
     assert path.read_text() == ""
+
+
+@pytest.mark.parametrize("with_best_samples", [True, False])
+def test_a_restore_puts_back_the_best_samples_and_takes_checkpoints_from_before_them(
+        tmp_path, with_best_samples):
+    import asyncio
+    import pickle
+    from types import SimpleNamespace
+
+    from rollyard.run.best_replay import BestSamples
+    from rollyard.run.run_state import RunCheckpoints
+    from rollyard.run.signals import StopSignals
+    from rollyard.types import Sample
+
+    kept = Sample(tokens=[1, 2], prompt_len=1, loss_mask=[1], logprobs=[-0.5], reward=0.9,
+                  task_id="a", group_id="a/0")
+
+    def write(folder: Path) -> dict:
+        (folder / "rollout.pkl").write_bytes(pickle.dumps([{"drawn": 3}]))
+        if with_best_samples:  # a checkpoint from before --replay-best has no such file
+            (folder / "best_samples.pkl").write_bytes(pickle.dumps({"a": kept}))
+        return {"tasks": {"cursor": 7}, "weight_version": 0}
+
+    checkpoint = CheckpointStore(tmp_path).save(1, write)
+    pool = SimpleNamespace(load_state_dicts=lambda states: loaded.update(pool=states))
+    tasks = SimpleNamespace(load_state_dict=lambda state: loaded.update(tasks=state))
+    session = SimpleNamespace(best=BestSamples())
+    loaded: dict = {}
+    saves = RunCheckpoints(tmp_path, 0, StopSignals(), resumed=checkpoint)
+    asyncio.run(saves.restore(session, pool, tasks, transport=None))
+    assert loaded == {"pool": [{"drawn": 3}], "tasks": {"cursor": 7}}
+    assert session.best.state_dict() == ({"a": kept} if with_best_samples else {})

@@ -29,9 +29,6 @@ class BestSamples:
     def __init__(self) -> None:
         self._best: dict[str, Sample] = {}
 
-    def __len__(self) -> int:
-        return len(self._best)
-
     def replays(self, samples: Sequence[Sample]) -> list[Sample]:
         """One replayed copy for each group of ``samples`` whose usable samples all scored
         below the best kept for its task; then keep each group's best where it is a new best.
@@ -64,13 +61,12 @@ class BestSamples:
         self._best = dict(state)
 
 
-def rescore_replayed(trained: Sequence[Sample], replayed: Sequence[Sample],
+def rescore_replayed(trained: Sequence[Sample],
                      logprobs: Callable[[list[Sample]], list[list[float]]]) -> None:
-    """Give the samples of ``trained`` that are in ``replayed`` the logprobs ``logprobs``
-    computes for them (the current policy's: their ratio is taken against these, the
-    engine's having been an older policy's)."""
-    replayed_ids = {id(sample) for sample in replayed}
-    chosen = [sample for sample in trained if id(sample) in replayed_ids]
-    if chosen:
-        for sample, current in zip(chosen, logprobs(chosen), strict=True):
+    """Give the replayed samples of ``trained`` (those marked ``REPLAYED_FROM``) the logprobs
+    ``logprobs`` computes for them: the current policy's, which their ratio is taken against
+    (the engine's were an older policy's)."""
+    replayed = [sample for sample in trained if REPLAYED_FROM in sample.metadata]
+    if replayed:
+        for sample, current in zip(replayed, logprobs(replayed), strict=True):
             sample.logprobs = list(current)

@@ -496,7 +496,7 @@ class RunSession:
         if self.ahead:
             metrics.update(staleness_metrics(trained, self.versions, self.ahead, dropped))
         await self.checkpoints.settle()  # the trainer's part of a checkpoint is written
-        await asyncio.to_thread(rescore_replayed, trained, draw.replayed, self.group.logprobs)
+        await asyncio.to_thread(rescore_replayed, trained, self.group.logprobs)
         self.checkpoints.fault("train", step)
         with self.clock.busy(TRAINER):
             train_started = time.perf_counter()
