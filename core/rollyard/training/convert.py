@@ -1,4 +1,5 @@
-"""Hugging Face Llama/Qwen3 (dense) parameters to and from megatron-core ``GPTModel`` shards.
+"""Hugging Face dense decoder parameters (Llama, Mistral, Qwen2, Qwen3) to and from
+megatron-core ``GPTModel`` shards.
 
 Megatron fuses what Hugging Face keeps apart and splits what it keeps whole:
 
@@ -34,6 +35,7 @@ class ModelShape:
     vocab_size: int
     tied_embeddings: bool
     qk_norm: bool
+    qkv_bias: bool = False
 
     @classmethod
     def from_hf_config(cls, config: dict[str, Any]) -> ModelShape:
@@ -48,6 +50,7 @@ class ModelShape:
             vocab_size=config["vocab_size"],
             tied_embeddings=bool(config.get("tie_word_embeddings", False)),
             qk_norm=config.get("model_type") == "qwen3",
+            qkv_bias=config.get("model_type") == "qwen2",
         )
 
 
@@ -87,19 +90,30 @@ def hf_to_megatron(hf: dict[str, Tensor], shape: ModelShape, tp_rank: int,
     for mname, hname, dim in _simple_params(shape):
         tensor = hf[hname]
         out[mname] = tensor if dim is None else tensor.chunk(tp_size, dim=dim)[tp_rank]
-    q_per_group = shape.num_heads // shape.num_kv_heads
-    hd, hidden = shape.head_dim, shape.hidden_size
     for i in range(shape.num_layers):
         hl, ml = _HF_LAYER.format(i=i), _LAYER.format(i=i)
-        q = hf[hl + "self_attn.q_proj.weight"].reshape(shape.num_kv_heads, q_per_group * hd, hidden)
-        k = hf[hl + "self_attn.k_proj.weight"].reshape(shape.num_kv_heads, hd, hidden)
-        v = hf[hl + "self_attn.v_proj.weight"].reshape(shape.num_kv_heads, hd, hidden)
-        qkv = torch.cat([q, k, v], dim=1).chunk(tp_size, dim=0)[tp_rank]
-        out[ml + "self_attention.linear_qkv.weight"] = qkv.reshape(-1, hidden).contiguous()
+        for kind in _qkv_kinds(shape):
+            out[ml + f"self_attention.linear_qkv.{kind}"] = _fused_qkv(
+                [hf[hl + f"self_attn.{p}_proj.{kind}"] for p in "qkv"], shape, tp_rank, tp_size)
         gate = hf[hl + "mlp.gate_proj.weight"].chunk(tp_size, dim=0)[tp_rank]
         up = hf[hl + "mlp.up_proj.weight"].chunk(tp_size, dim=0)[tp_rank]
         out[ml + "mlp.linear_fc1.weight"] = torch.cat([gate, up], dim=0)
     return {name: t.contiguous() for name, t in out.items()}
+
+
+def _qkv_kinds(shape: ModelShape) -> tuple[str, ...]:
+    """The q/k/v tensors of a layer: the weights, and the biases where the model has them."""
+    return ("weight", "bias") if shape.qkv_bias else ("weight",)
+
+
+def _fused_qkv(qkv: list[Tensor], shape: ModelShape, tp_rank: int, tp_size: int) -> Tensor:
+    """HF's separate query, key and value weights (or biases) as rank ``tp_rank``'s share of
+    Megatron's ``linear_qkv``: per key/value group, its query heads, key head, value head."""
+    q_per_group, hd = shape.num_heads // shape.num_kv_heads, shape.head_dim
+    rows = [q_per_group * hd, hd, hd]
+    blocks = [t.reshape(shape.num_kv_heads, n, *t.shape[1:]) for t, n in zip(qkv, rows)]
+    fused = torch.cat(blocks, dim=1).chunk(tp_size, dim=0)[tp_rank]
+    return fused.reshape(-1, *fused.shape[2:]).contiguous()
 
 
 def megatron_to_hf(shards: list[dict[str, Tensor]], shape: ModelShape) -> dict[str, Tensor]:
@@ -112,28 +126,32 @@ def megatron_to_hf(shards: list[dict[str, Tensor]], shape: ModelShape) -> dict[s
 def hf_shaped(blocks: dict[str, Tensor]) -> dict[str, Tensor]:
     """What :func:`megatron_to_hf_blocks` gives, in the HF tensors' shapes (the query, key
     and value blocks as rows)."""
-    return {name: t.flatten(0, 1) if t.dim() == 3 else t for name, t in blocks.items()}
+    return {name: t.flatten(0, 1) if _is_qkv_block(name, t) else t for name, t in blocks.items()}
+
+
+def _is_qkv_block(name: str, tensor: Tensor) -> bool:
+    """Whether ``tensor`` is a query/key/value weight or bias left in its groups' blocks."""
+    return tensor.dim() == (3 if name.endswith("weight") else 2)
 
 
 def megatron_to_hf_blocks(shards: list[dict[str, Tensor]],
                           shape: ModelShape) -> dict[str, Tensor]:
-    """:func:`megatron_to_hf`, but the query, key and value weights are left as their
-    key/value groups' blocks, ``[groups, rows per group, hidden]``: the same elements in the
+    """:func:`megatron_to_hf`, but the query, key and value weights (biases) are left as their
+    key/value groups' blocks, ``[groups, rows per group, hidden]`` (``[groups, rows]``): the same elements in the
     same order as the HF tensor, and with one rank views of ``linear_qkv``, so that every
     tensor is a view of a parameter (a copy of them stays current by copying again)."""
     out: dict[str, Tensor] = {}
     for mname, hname, dim in _simple_params(shape):
         out[hname] = _whole([s[mname] for s in shards], dim)
     q_per_group = shape.num_heads // shape.num_kv_heads
-    hd, hidden = shape.head_dim, shape.hidden_size
+    hd = shape.head_dim
     for i in range(shape.num_layers):
         hl, ml = _HF_LAYER.format(i=i), _LAYER.format(i=i)
-        qkv = _whole([s[ml + "self_attention.linear_qkv.weight"] for s in shards], 0)
-        qkv = qkv.reshape(shape.num_kv_heads, (q_per_group + 2) * hd, hidden)
-        q, k, v = qkv.split([q_per_group * hd, hd, hd], dim=1)
-        out[hl + "self_attn.q_proj.weight"] = q
-        out[hl + "self_attn.k_proj.weight"] = k
-        out[hl + "self_attn.v_proj.weight"] = v
+        for kind in _qkv_kinds(shape):
+            qkv = _whole([s[ml + f"self_attention.linear_qkv.{kind}"] for s in shards], 0)
+            qkv = qkv.reshape(shape.num_kv_heads, (q_per_group + 2) * hd, *qkv.shape[1:])
+            for proj, block in zip("qkv", qkv.split([q_per_group * hd, hd, hd], dim=1)):
+                out[hl + f"self_attn.{proj}_proj.{kind}"] = block
         gates, ups = zip(*(s[ml + "mlp.linear_fc1.weight"].chunk(2, dim=0) for s in shards))
         out[hl + "mlp.gate_proj.weight"] = _whole(list(gates), 0)
         out[hl + "mlp.up_proj.weight"] = _whole(list(ups), 0)

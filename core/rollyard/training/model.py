@@ -1,7 +1,15 @@
 """Build a megatron-core ``GPTModel`` (local layer spec) that mirrors a Hugging Face model.
 
-Supported: dense Llama and Qwen3 (RMSNorm, SwiGLU, RoPE without scaling, no linear biases;
-Qwen3's per-head q/k RMSNorm). Everything else is refused with a ConfigError that names the
+Supported: the dense decoders Llama, Mistral, Qwen2 (Qwen2.5) and Qwen3 (RMSNorm, SwiGLU,
+RoPE; Qwen2's q/k/v biases; Qwen3's per-head q/k RMSNorm), tied or untied embeddings, and the
+RoPE types ``default``, ``linear``, ``llama3`` and ``yarn``. The rotary inverse frequencies
+of a scaled type are transformers' own (``ROPE_INIT_FUNCTIONS``), installed on Megatron's
+rotary module, so both compute the same angles; yarn's attention factor, which scales cos and
+sin and hence every query-key product by its square, goes into the softmax scale.
+
+A sliding window (Mistral, Qwen2 with ``use_sliding_window``) is not honoured by the trainer:
+a model whose window is shorter than its context (``max_position_embeddings``, the longest
+sample a run keeps) is refused. Everything else is refused with a ConfigError that names the
 config field, before any process is started.
 """
 
@@ -15,19 +23,30 @@ from rollyard.errors import ConfigError
 from rollyard.training.convert import ModelShape
 
 if TYPE_CHECKING:
+    import torch
+
     from rollyard.training.batching import MicroBatch
 
-SUPPORTED_MODEL_TYPES = ("llama", "qwen3")
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
 
-def _rope_theta(config: dict[str, Any]) -> float:
-    params = config.get("rope_parameters") or {}
-    scaling = config.get("rope_scaling") or {}
-    rope_type = params.get("rope_type") or scaling.get("rope_type") or scaling.get("type")
-    if rope_type not in (None, "default"):
-        raise ConfigError(f"config.json: rope type {rope_type!r} is not supported by the "
-                          "Megatron trainer (only plain RoPE)")
-    return float(params.get("rope_theta") or config.get("rope_theta") or 10000.0)
+def rope_parameters(config: dict[str, Any]) -> dict[str, Any]:
+    """The RoPE settings of an HF config, as transformers 5 (``rope_parameters``) or 4
+    (``rope_theta`` with ``rope_scaling``) writes them; ``rope_type`` always set."""
+    params = dict(config.get("rope_scaling") or {})
+    params.update(config.get("rope_parameters") or {})
+    params["rope_type"] = params.get("rope_type") or params.get("type") or "default"
+    params.setdefault("rope_theta", config.get("rope_theta") or 10000.0)
+    return params
+
+
+def sliding_window(config: dict[str, Any]) -> int | None:
+    """The attention window of an HF config, None when attention is full."""
+    window = config.get("sliding_window")
+    if config.get("model_type") == "mistral" or config.get("use_sliding_window"):
+        return window
+    return None
 
 
 def check_hf_config(config: dict[str, Any], where: str) -> ModelShape:
@@ -42,8 +61,32 @@ def check_hf_config(config: dict[str, Any], where: str) -> ModelShape:
     for flag in ("attention_bias", "mlp_bias"):
         if config.get(flag):
             raise ConfigError(f"{where}: {flag}=true is not supported by the Megatron trainer")
-    _rope_theta(config)
+    rope_type = rope_parameters(config)["rope_type"]
+    if rope_type not in ROPE_TYPES:
+        raise ConfigError(f"{where}: rope type {rope_type!r} is not supported by the Megatron "
+                          f"trainer; supported: {', '.join(ROPE_TYPES)}")
+    window, context = sliding_window(config), config.get("max_position_embeddings")
+    if window is not None and context is not None and window < context:
+        raise ConfigError(f"{where}: sliding_window={window} is shorter than the context "
+                          f"(max_position_embeddings={context}); the Megatron trainer "
+                          "attends to the whole context, so it would train another model: "
+                          f"set sliding_window to null or max_position_embeddings to {window}")
     return ModelShape.from_hf_config(config)
+
+
+def rope_inv_freq(config: dict[str, Any]) -> tuple[torch.Tensor, float] | None:
+    """transformers' rotary inverse frequencies and attention factor for a scaled RoPE type;
+    None for ``default`` (Megatron's own equal them)."""
+    from transformers import AutoConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    rope_type = rope_parameters(config)["rope_type"]
+    if rope_type == "default":
+        return None
+    fields = {key: value for key, value in config.items() if key != "model_type"}
+    hf_config = AutoConfig.for_model(config["model_type"], **fields)
+    inv_freq, attention_factor = ROPE_INIT_FUNCTIONS[rope_type](hf_config, "cpu")
+    return inv_freq.float(), float(attention_factor)
 
 
 def check_tensor_parallel(shape: ModelShape, tp: int, where: str) -> None:
@@ -63,12 +106,15 @@ def transformer_config(config: dict[str, Any], tp: int) -> Any:
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     shape = ModelShape.from_hf_config(config)
+    rope = rope_inv_freq(config)
     return TransformerConfig(
         num_layers=shape.num_layers, hidden_size=shape.hidden_size,
         num_attention_heads=shape.num_heads, num_query_groups=shape.num_kv_heads,
         kv_channels=shape.head_dim, ffn_hidden_size=shape.ffn_hidden_size,
         normalization="RMSNorm", layernorm_epsilon=float(config.get("rms_norm_eps", 1e-6)),
         gated_linear_unit=True, activation_func=F.silu, add_bias_linear=False,
+        add_qkv_bias=shape.qkv_bias,
+        softmax_scale=None if rope is None else rope[1] ** 2 / shape.head_dim ** 0.5,
         qk_layernorm=shape.qk_norm, tensor_model_parallel_size=tp,
         params_dtype=torch.float32, use_cpu_initialization=True,
         hidden_dropout=0.0, attention_dropout=0.0,
@@ -89,12 +135,17 @@ def build_gpt_model(config: dict[str, Any], tp: int) -> Any:
 
     shape = ModelShape.from_hf_config(config)
     spec = get_gpt_layer_local_spec(qk_layernorm=shape.qk_norm, normalization="RMSNorm")
-    return GPTModel(
+    model = GPTModel(
         transformer_config(config, tp), spec, vocab_size=shape.vocab_size,
         max_sequence_length=int(config.get("max_position_embeddings", 4096)),
-        position_embedding_type="rope", rotary_base=_rope_theta(config), rotary_percent=1.0,
+        position_embedding_type="rope",
+        rotary_base=float(rope_parameters(config)["rope_theta"]), rotary_percent=1.0,
         share_embeddings_and_output_weights=shape.tied_embeddings, parallel_output=False,
     )
+    rope = rope_inv_freq(config)
+    if rope is not None:  # transformers' frequencies for a scaled type (module docstring)
+        model.rotary_pos_emb.inv_freq = rope[0].to(model.rotary_pos_emb.inv_freq.device)
+    return model
 
 
 @contextmanager
