@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.rollyard-installed
 PACKAGE_FILES := pyproject.toml plugins-codegolf/pyproject.toml plugins-verifiers/pyproject.toml
 
-.PHONY: install demo test test-fast test-sglang test-verifiers-matrix bench bench-trl lint docs clean
+.PHONY: install demo docs-models test test-fast test-sglang test-verifiers-matrix bench bench-trl lint docs clean
 
 install: $(STAMP)
 
@@ -54,6 +54,10 @@ lint: install
 
 docs: install
 	$(PY) scripts/gen_docs.py
+
+# the architecture x check table of docs/models.md, from the conformance suite's outcomes
+docs-models: install
+	ROLLYARD_MODELS_TABLE=docs/models.md $(PY) -m pytest -q -p no:cacheprovider tests/models
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

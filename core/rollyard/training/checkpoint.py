@@ -19,7 +19,13 @@ _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 
 def read_hf_config(model_dir: str | pathlib.Path) -> dict[str, Any]:
     """The parsed ``config.json`` of a Hugging Face model folder."""
-    path = pathlib.Path(model_dir) / "config.json"
+    folder = pathlib.Path(model_dir)
+    if folder.is_file():
+        hint = ("a GGUF checkpoint: convert it to a model folder with `rollyard models "
+                "import-gguf FILE OUT`" if folder.suffix.lower() == ".gguf"
+                else "a Hugging Face model folder is expected")
+        raise ConfigError(f"model {model_dir} is a file, not a folder; {hint}")
+    path = folder / "config.json"
     if not path.is_file():
         raise ConfigError(f"model folder {model_dir}: no config.json (expected a Hugging Face "
                           "model folder, e.g. from `rollyard init-model DIR`)")

@@ -137,9 +137,10 @@ def _is_qkv_block(name: str, tensor: Tensor) -> bool:
 def megatron_to_hf_blocks(shards: list[dict[str, Tensor]],
                           shape: ModelShape) -> dict[str, Tensor]:
     """:func:`megatron_to_hf`, but the query, key and value weights (biases) are left as their
-    key/value groups' blocks, ``[groups, rows per group, hidden]`` (``[groups, rows]``): the same elements in the
-    same order as the HF tensor, and with one rank views of ``linear_qkv``, so that every
-    tensor is a view of a parameter (a copy of them stays current by copying again)."""
+    key/value groups' blocks, ``[groups, rows per group, hidden]`` (``[groups, rows]``): the
+    same elements in the same order as the HF tensor, and with one rank views of
+    ``linear_qkv``, so that every tensor is a view of a parameter (a copy of them stays current
+    by copying again)."""
     out: dict[str, Tensor] = {}
     for mname, hname, dim in _simple_params(shape):
         out[hname] = _whole([s[mname] for s in shards], dim)

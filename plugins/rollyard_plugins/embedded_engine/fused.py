@@ -1,4 +1,5 @@
-"""The decoder layers of plain Llama/Qwen3 models as a few torch calls per layer.
+"""The decoder layers of Llama-style models (Llama, Mistral, Qwen2, Qwen3) as a few torch
+calls per layer.
 
 On a CPU a small model's decode step is bound by how many operations it issues, not by
 arithmetic: transformers' layers spend much of a step in module calls and separate q/k/v and
@@ -6,8 +7,11 @@ gate/up projections. This runs the same computation with the query/key/value and
 weights concatenated (one matrix product each), fused RMSNorm and no module dispatch. The
 weights are the model's own parameters: the query, key and value (and gate and up) parameters
 become views of one concatenated tensor each, so a load that writes the parameters in place
-writes the fused weights too. Models it does not cover (biases, other rotary types, sliding
-windows, other architectures) keep transformers' layers.
+writes the fused weights too (Qwen2's query/key/value biases likewise). The rotary
+frequencies and attention scaling are those transformers computed for the model, so the static
+RoPE types (default, linear, llama3, yarn) are covered. Models it does not cover (biases
+elsewhere, dynamic rotary types, sliding windows shorter than the context, other
+architectures) keep transformers' layers.
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-ARCHITECTURES = ("llama", "qwen3")
+ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3")
+#: Rotary types whose frequencies are fixed when the model is built.
+STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
 
 def unsupported(config: Any) -> str | None:
@@ -30,9 +36,11 @@ def unsupported(config: Any) -> str | None:
     if getattr(config, "hidden_act", "silu") != "silu":
         return f"activation {config.hidden_act!r}"
     rope = getattr(config, "rope_parameters", None) or {}
-    if rope.get("rope_type", "default") != "default":
+    if rope.get("rope_type", "default") not in STATIC_ROPE_TYPES:
         return f"rope type {rope.get('rope_type')!r}"
-    if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", False):
+    window = getattr(config, "sliding_window", None)
+    windowed = config.model_type == "mistral" or getattr(config, "use_sliding_window", False)
+    if windowed and window and window < config.max_position_embeddings:
         return "sliding-window attention"
     return None
 
@@ -42,6 +50,7 @@ class _Layer:
     input_norm: torch.Tensor
     post_norm: torch.Tensor
     qkv: torch.Tensor
+    qkv_bias: torch.Tensor | None
     out: torch.Tensor
     gate_up: torch.Tensor
     down: torch.Tensor
@@ -49,19 +58,20 @@ class _Layer:
     k_norm: torch.Tensor | None
 
 
-def _concatenate(linears: list[Any]) -> torch.Tensor:
-    """The weights of ``linears`` stacked along dim 0; each weight becomes a view of it."""
-    fused = torch.cat([linear.weight for linear in linears])
+def _concatenate(linears: list[Any], name: str = "weight") -> torch.Tensor:
+    """The ``name`` tensors of ``linears`` stacked along dim 0; each becomes a view of it."""
+    fused = torch.cat([getattr(linear, name) for linear in linears])
     row = 0
     for linear in linears:
-        rows = linear.weight.shape[0]
-        linear.weight.data = fused[row:row + rows]
+        tensor = getattr(linear, name)
+        rows = tensor.shape[0]
+        tensor.data = fused[row:row + rows]
         row += rows
     return fused
 
 
 class FusedDecoder:
-    """Runs a transformers Llama/Qwen3 model's decoder layers (see the module docstring)."""
+    """Runs a transformers Llama-style model's decoder layers (see the module docstring)."""
 
     def __init__(self, model: Any) -> None:
         config = model.config
@@ -88,7 +98,10 @@ class FusedDecoder:
         return _Layer(
             input_norm=layer.input_layernorm.weight,
             post_norm=layer.post_attention_layernorm.weight,
-            qkv=_concatenate([attn.q_proj, attn.k_proj, attn.v_proj]), out=attn.o_proj.weight,
+            qkv=_concatenate([attn.q_proj, attn.k_proj, attn.v_proj]),
+            qkv_bias=None if attn.q_proj.bias is None else _concatenate(
+                [attn.q_proj, attn.k_proj, attn.v_proj], "bias"),
+            out=attn.o_proj.weight,
             gate_up=_concatenate([mlp.gate_proj, mlp.up_proj]), down=mlp.down_proj.weight,
             q_norm=None if q_norm is None else q_norm.weight,
             k_norm=None if k_norm is None else k_norm.weight)
@@ -139,7 +152,8 @@ class FusedDecoder:
         kv_size = self.kv_heads * self.head_dim
         for index, layer in enumerate(self.layers):
             x = F.rms_norm(hidden, (self.hidden,), layer.input_norm, self.eps)
-            q, k, v = F.linear(x, layer.qkv).split([q_size, kv_size, kv_size], dim=-1)
+            qkv = F.linear(x, layer.qkv, layer.qkv_bias)
+            q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
             q = q.view(batch, width, self.heads, self.head_dim)
             k = k.view(batch, width, self.kv_heads, self.head_dim)
             if layer.q_norm is not None:

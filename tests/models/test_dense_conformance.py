@@ -1,0 +1,175 @@
+"""Every dense architecture the trainer takes, checked against transformers itself.
+
+(a) Megatron's logits equal transformers' at tensor parallelism 1 and 2; (b) HF -> Megatron
+-> HF is bit-exact, in memory and through the trainer's export; (c) the embedded engine's
+logprobs of the continuations it samples equal transformers' teacher forcing; (d) two
+training steps on engine samples, the engine reloading the trained weights between them,
+recompute the engine's logprobs, and the exported folder loads and generates in transformers.
+"""
+
+from __future__ import annotations
+
+import math
+import pathlib
+import threading
+
+import pytest
+import torch
+from architectures import ARCHITECTURES
+from rollyard import Sample
+from rollyard.training import TrainConfig, TrainGroup
+from rollyard.training.checkpoint import load_hf_weights, read_hf_config
+from rollyard.training.convert import ModelShape, hf_to_megatron, megatron_to_hf
+
+TOLERANCE = 1e-4
+ARCHS = list(ARCHITECTURES)
+
+
+def transformers_model(model_dir: pathlib.Path):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+
+
+def teacher_forced(model_dir: pathlib.Path, samples: list[Sample]) -> list[list[float]]:
+    """transformers' logprob of each response token given everything before it."""
+    model = transformers_model(model_dir)
+    out = []
+    with torch.no_grad():
+        for s in samples:
+            logprobs = torch.log_softmax(model(torch.tensor([s.tokens])).logits[0], dim=-1)
+            out.append([logprobs[t - 1, s.tokens[t]].item()
+                        for t in range(s.prompt_len, len(s.tokens))])
+    return out
+
+
+class EngineSampler:
+    """The embedded engine's scheduler and model runner in this process (no HTTP)."""
+
+    def __init__(self, model_dir: pathlib.Path) -> None:
+        from rollyard_plugins.embedded_engine.model_runner import ModelRunner
+        from rollyard_plugins.embedded_engine.scheduler import Scheduler
+
+        self.scheduler = Scheduler(lambda: ModelRunner(model_dir, max_batch_size=8), 8)
+        self.runner = self.scheduler.start()
+
+    def sample(self, prompts: list[list[int]], per_prompt: int, seed: int,
+               temperature: float = 1.0, max_new_tokens: int = 12) -> list[Sample]:
+        from rollyard_plugins.embedded_engine.sampling import SamplingOptions
+        from rollyard_plugins.embedded_engine.scheduler import Sequence
+
+        done = threading.Semaphore(0)
+        options = SamplingOptions(max_new_tokens=max_new_tokens, temperature=temperature,
+                                  ignore_eos=True)
+        seqs = [Sequence(rid=f"{g}-{j}", prompt=prompt, options=options,
+                         on_done=lambda _seq: done.release())
+                for g, prompt in enumerate(prompts) for j in range(per_prompt)]
+        for i, seq in enumerate(seqs):
+            seq.rng.seed(seed * 1000 + i)
+        self.scheduler.submit(*seqs)
+        for _ in seqs:
+            assert done.acquire(timeout=60), "the engine did not finish in 60 s"
+        return [Sample(tokens=s.prompt + s.output, prompt_len=len(s.prompt),
+                       loss_mask=[1] * len(s.output), logprobs=list(s.logprobs),
+                       reward=float(i % 2), group_id=f"g{s.rid.split('-')[0]}",
+                       task_id=f"t{s.rid.split('-')[0]}") for i, s in enumerate(seqs)]
+
+    def load(self, model_dir: str) -> None:
+        self.scheduler.update_weights(model_dir, "trained").result(timeout=60)
+
+    def close(self) -> None:
+        self.scheduler.stop()
+
+
+def prompts(seed: int) -> list[list[int]]:
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(3, 500, (n,), generator=generator).tolist() for n in (5, 9)]
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_megatron_logits_equal_transformers(arch: str, tp: int, model_dirs, probe_tokens,
+                                            megatron_outputs) -> None:
+    with torch.no_grad():
+        expected = transformers_model(model_dirs[arch])(probe_tokens).logits
+    ours = torch.load(megatron_outputs / f"{arch}-tp{tp}.pt")
+    assert ours.shape == expected.shape
+    assert (ours - expected).abs().max().item() <= TOLERANCE
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_conversion_round_trip_is_bit_exact(arch: str, tp: int, model_dirs) -> None:
+    hf = load_hf_weights(model_dirs[arch])
+    shape = ModelShape.from_hf_config(read_hf_config(model_dirs[arch]))
+    back = megatron_to_hf([hf_to_megatron(hf, shape, rank, tp) for rank in range(tp)], shape)
+    assert sorted(back) == sorted(hf)
+    assert all(back[k].dtype == hf[k].dtype and torch.equal(back[k], hf[k]) for k in hf)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_export_from_two_ranks_is_bit_exact(arch: str, model_dirs, megatron_outputs) -> None:
+    original = load_hf_weights(model_dirs[arch])
+    exported = load_hf_weights(megatron_outputs / f"{arch}-export")
+    assert sorted(exported) == sorted(original)  # a tied model exports no lm_head.weight
+    assert all(torch.equal(exported[k], original[k]) for k in original)
+    assert ("lm_head.weight" not in exported) == ARCHITECTURES[arch][1].get(
+        "tie_word_embeddings", False)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_engine_logprobs_equal_teacher_forcing(arch: str, model_dirs) -> None:
+    engine = EngineSampler(model_dirs[arch])
+    try:
+        samples = engine.sample(prompts(seed=1), per_prompt=3, seed=1)
+    finally:
+        engine.close()
+    expected = teacher_forced(model_dirs[arch], samples)
+    assert len({tuple(s.response_ids) for s in samples}) > 1  # really sampled
+    for sample, reference in zip(samples, expected, strict=True):
+        assert sample.logprobs == pytest.approx(reference, abs=TOLERANCE)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_engine_fused_layers_equal_transformers_layers(arch: str, model_dirs) -> None:
+    """The engine's fast path takes every architecture here, and computes what
+    transformers' layers compute (prefill exactly, decode to rounding)."""
+    from rollyard_plugins.embedded_engine.model_runner import ModelRunner
+
+    fused, plain = ModelRunner(model_dirs[arch], 4), ModelRunner(model_dirs[arch], 4)
+    plain.fused = None
+    assert fused.fused is not None
+    prompt_ids, slots = [*prompts(seed=2), [7] * 70], [0, 1, 2]
+    assert torch.allclose(fused.forward(prompt_ids, [0, 0, 0], slots),
+                          plain.forward(prompt_ids, [0, 0, 0], slots), rtol=0, atol=1e-5)
+    step = ([[11], [12], [13]], [len(p) for p in prompt_ids], slots)
+    assert torch.allclose(fused.forward(*step), plain.forward(*step), rtol=0, atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ARCHS)
+def test_two_training_steps_on_engine_samples(arch: str, model_dirs, ray_session,
+                                              tmp_path: pathlib.Path) -> None:
+    engine = EngineSampler(model_dirs[arch])
+    config = TrainConfig(lr=1e-2, micro_batch_size=8)
+    try:
+        with TrainGroup(str(model_dirs[arch]), config, tp=1, dp=1) as group:
+            for step in range(2):
+                metrics = group.train(engine.sample(prompts(seed=10 + step), 4, seed=step))
+                assert metrics["num_samples_trained"] == 8 and metrics["update_skipped"] == 0
+                assert metrics["logprob_mismatch"] <= TOLERANCE, f"step {step + 1}"
+                assert math.isfinite(metrics["loss"]) and metrics["grad_norm"] > 0
+                exported = group.export_hf(str(tmp_path / f"step-{step + 1}"))
+                engine.load(exported)
+        greedy = engine.sample([prompts(seed=20)[0]], 1, seed=0, temperature=0.0)[0]
+    finally:
+        engine.close()
+    original, trained = load_hf_weights(model_dirs[arch]), load_hf_weights(exported)
+    assert any(not torch.equal(original[k], trained[k]) for k in original)
+    model = transformers_model(pathlib.Path(exported))
+    if model.config.tie_word_embeddings:
+        assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    prompt = torch.tensor([greedy.tokens[:greedy.prompt_len]])
+    generated = model.generate(prompt, max_new_tokens=len(greedy.response_ids), do_sample=False,
+                               min_new_tokens=len(greedy.response_ids))
+    assert generated[0, greedy.prompt_len:].tolist() == greedy.response_ids
