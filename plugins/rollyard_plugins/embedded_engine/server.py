@@ -14,9 +14,11 @@ import time
 from typing import Any
 
 from aiohttp import web
+from rollyard.episodes.prompts import render_prompt
 from rollyard.weight_transfer import specs_from_body
 
 from rollyard_plugins.embedded_engine.model_runner import ModelRunner
+from rollyard_plugins.embedded_engine.openai_chat import chat_completion, chat_to_generate
 from rollyard_plugins.embedded_engine.options import EmbeddedOptions
 from rollyard_plugins.embedded_engine.protocol import (
     BadRequest,
@@ -73,6 +75,8 @@ class EngineServer:
             web.post("/end_weight_update", self.end_weight_update),
             web.route("*", "/flush_cache", self.flush_cache),
             web.post("/abort_request", self.abort_request),
+            web.post("/v1/chat/completions", self.chat_completions),
+            web.get("/v1/models", self.models),
         ])
         app.on_cleanup.append(self._stop)
         return app
@@ -89,17 +93,41 @@ class EngineServer:
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             return _error(f"the request body is not valid JSON: {exc}")
         try:
-            prompts, batch = parse_generate(body, self.runner.vocab_size, self.runner.context_len,
-                                            self._tokenize)
+            prompts, batch = self._parse(body)
         except BadRequest as exc:
             return _error(str(exc))
+        results = await self._run(prompts)
+        return web.json_response(results if batch else results[0])
+
+    async def chat_completions(self, request: web.Request) -> web.Response:
+        """OpenAI's chat completions over the served model (see :mod:`.openai_chat`)."""
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return _error(f"the request body is not valid JSON: {exc}")
+        try:
+            prompts, _ = self._parse(chat_to_generate(body, self._chat_template))
+        except BadRequest as exc:
+            return _error(str(exc))
+        results = await self._run(prompts)
+        return web.json_response(chat_completion(results, str(body.get("model") or
+                                                               self.model_dir)))
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [
+            {"id": self.model_dir, "object": "model", "owned_by": "rollyard"}]})
+
+    def _parse(self, body: Any) -> tuple[list[ParsedPrompt], bool]:
+        return parse_generate(body, self.runner.vocab_size, self.runner.context_len,
+                              self._tokenize)
+
+    async def _run(self, prompts: list[ParsedPrompt]) -> list[dict[str, Any]]:
         loop = asyncio.get_running_loop()
         started = [self._sequence(p, loop) for p in prompts]
         # a batch reaches the scheduler whole, so a shared prompt is prefilled once
         self.scheduler.submit(*(seq for seq, _ in started))
-        results = await asyncio.gather(*(self._answer(p, seq, done)
-                                         for p, (seq, done) in zip(prompts, started)))
-        return web.json_response(results if batch else results[0])
+        return list(await asyncio.gather(*(self._answer(p, seq, done)
+                                           for p, (seq, done) in zip(prompts, started))))
 
     @staticmethod
     def _sequence(prompt: ParsedPrompt, loop: asyncio.AbstractEventLoop,
@@ -284,6 +312,9 @@ class EngineServer:
 
     def _tokenize(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def _chat_template(self, messages: list[dict[str, Any]]) -> list[int]:
+        return render_prompt(self.tokenizer, messages)  # type: ignore[arg-type]
 
     def _detokenize(self, seq: Sequence) -> str:
         ids = seq.output

@@ -1,0 +1,1 @@
+"""The built-in ``judge`` reward: any OpenAI-compatible chat endpoint grades each sample."""
