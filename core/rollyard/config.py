@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from rollyard.environments import Environment, environments_from_tables, parse_mix
 from rollyard.errors import ConfigError
 from rollyard.options import (
     LegacyOption,
@@ -46,6 +47,14 @@ def parse_reward(text: str) -> tuple[str, float]:
         return name, float(weight) if sep else 1.0
     except ValueError:
         raise ValueError(f"weight {weight!r} is not a number") from None
+
+
+def rollout_mix(text: str) -> None:
+    """Check a ``--rollout-plugin`` value: ``NAME`` or ``NAME:WEIGHT,…``."""
+    try:
+        parse_mix(text, "")
+    except ConfigError as exc:  # the flag and the value are named by the caller
+        raise ValueError(str(exc).split(": ", 1)[-1]) from None
 
 
 RUN, ROLLOUT, INFERENCE, TRAINING = "run", "rollout", "inference", "training"
@@ -94,8 +103,10 @@ class RunConfig:
              "from the tokens they had on the new weights (instead of the push waiting for "
              "them to finish on the old ones)")
 
-    rollout_plugin: str = option("toy", group=ROLLOUT, metavar="NAME",
-                                 help="the environment to train on (see `rollyard plugins`)")
+    rollout_plugin: str = option(
+        "toy", group=ROLLOUT, metavar="NAME[:W],…", check=rollout_mix,
+        help="the environment to train on (see `rollyard plugins`), or several with weights: "
+             "toy:1,codegolf:3 splits each step's groups 1:3 (docs/mixing.md)")
     reward: tuple[str, ...] = option(
         (), group=ROLLOUT, metavar="NAME[=W]", check=reward_weight,
         help="rewards to apply (repeatable); default: the rollout's own")
@@ -207,6 +218,9 @@ class RunConfig:
 
     plugin_options: Mapping[str, Any] = dataclasses.field(default_factory=dict,
                                                           metadata={"option": False})
+    #: The ``[[rollout]]`` tables of a run.toml (empty: ``rollout_plugin`` says it all).
+    rollouts: tuple[Environment, ...] = dataclasses.field(default=(),
+                                                          metadata={"option": False})
 
     def __post_init__(self) -> None:
         for spec in core_specs():
@@ -233,17 +247,30 @@ class RunConfig:
     # ------------------------------------------------------------------ derived
 
     @property
+    def environments(self) -> tuple[Environment, ...]:
+        """The run's environments: its ``[[rollout]]`` tables, else ``--rollout-plugin``'s."""
+        return self.rollouts or parse_mix(self.rollout_plugin)
+
+    @property
+    def mixed(self) -> bool:
+        """Whether the run trains on more than one environment."""
+        return len(self.environments) > 1
+
+    @property
     def reward_weights(self) -> dict[str, float] | None:
         """``{reward: weight}`` from ``--reward``; None when the rollout's defaults apply."""
         return dict(parse_reward(text) for text in self.reward) if self.reward else None
 
     def wanted_plugins(self) -> list[tuple[str, str]]:
         """(kind, name) of every plugin this run selects."""
-        wanted = [("rollout", self.rollout_plugin), ("transport", self.transport),
-                  ("algorithm", self.algorithm)]
+        wanted = [("rollout", env.name) for env in self.environments]
+        wanted += [("transport", self.transport), ("algorithm", self.algorithm)]
         if not self.engine_url:
             wanted.append(("engine", self.engine))
-        return wanted + [("reward", name) for name in self.reward_weights or {}]
+        rewards = [*(self.reward_weights or {})]
+        for env in self.environments:
+            rewards += [parse_reward(text)[0] for text in env.overrides.get("reward", ())]
+        return wanted + [("reward", name) for name in dict.fromkeys(rewards)]
 
     def options_for(self, cls: type, plugin: str) -> Any:
         """The options a registered class of ``plugin`` (entry-point name) receives."""
@@ -261,6 +288,8 @@ class RunConfig:
         for table, values in sorted(self.plugin_options.items()):
             data[table] = (dict(values) if isinstance(values, Mapping)
                            else options_data(values))
+        if self.rollouts:  # the tables say which plugins; rollout_plugin is their label
+            data["rollout"] = [env.to_data() for env in self.rollouts]
         return data
 
     def save(self, path: str | Path) -> None:
@@ -357,8 +386,17 @@ def build_run_config(tables: OptionTables, layers: list[Layer],
     core: dict[str, Any] = {}
     typed: dict[str, dict[str, Any]] = {prefix: {} for prefix in tables.typed}
     legacy = {plugin: table.defaults() for plugin, table in tables.legacy.items()}
+    rollouts: tuple[Environment, ...] = ()
     for source, data in layers:
         for key, value in data.items():
+            if key == "rollout" and not isinstance(value, Mapping):
+                rollouts = tuple(_checked_overrides(env, specs, source)
+                                 for env in environments_from_tables(value, source))
+                if data.get("rollout_plugin", _label(rollouts)) != _label(rollouts):
+                    raise ConfigError(f"{source}: give either rollout_plugin or [[rollout]] "
+                                      "tables, not both")
+                core.pop("rollout_plugin", None)
+                continue
             if isinstance(value, Mapping):
                 _table_value(tables, typed, legacy, source, key, value)
                 continue
@@ -366,11 +404,17 @@ def build_run_config(tables: OptionTables, layers: list[Layer],
             if spec is None:
                 raise ConfigError(f"{source}: unknown option {key!r} (no flag "
                                   f"--{key.replace('_', '-')})")
+            if spec.name == "rollout_plugin" and isinstance(data.get("rollout"), list):
+                continue  # the label of the layer's [[rollout]] tables (config.json)
             core[spec.name] = spec.coerce(value, f"{source}: {key!r}")
+            if spec.name == "rollout_plugin":
+                rollouts = ()
     by_flag = {spec.flag: spec.name for spec in specs.values()}
     for flag, value in (flags or {}).items():
         if flag in by_flag:
             core[by_flag[flag]] = value
+            if by_flag[flag] == "rollout_plugin":
+                rollouts = ()  # --rollout-plugin wins over a run.toml's [[rollout]] tables
             continue
         for prefix, table in tables.typed.items():
             for spec in table.specs:
@@ -384,7 +428,25 @@ def build_run_config(tables: OptionTables, layers: list[Layer],
     for prefix, values in typed.items():
         plugin_options[prefix] = construct_options(tables.typed[prefix].options_cls, prefix,
                                                    values)
-    return RunConfig(**core, plugin_options=plugin_options)
+    if rollouts:
+        core["rollout_plugin"] = _label(rollouts)
+    return RunConfig(**core, plugin_options=plugin_options, rollouts=rollouts)
+
+
+def _label(rollouts: tuple[Environment, ...]) -> str:
+    """``rollout_plugin`` of a run of ``[[rollout]]`` tables: the plugin of one, else the
+    labels and weights (what the console and observers show)."""
+    if len(rollouts) == 1:
+        return rollouts[0].name
+    return ",".join(f"{env.label}:{env.weight:g}" for env in rollouts)
+
+
+def _checked_overrides(env: Environment, specs: Mapping[str, OptionSpec],
+                       source: str) -> Environment:
+    """``env`` with its core option overrides coerced and checked as the options are."""
+    return dataclasses.replace(env, overrides={
+        key: specs[key].coerce(value, f"{source}: [[rollout]] {env.label!r} {key!r}")
+        for key, value in env.overrides.items()})
 
 
 def _table_value(tables: OptionTables, typed: dict[str, dict[str, Any]],

@@ -12,9 +12,9 @@ import pytest
 from rollyard import Rollout, RolloutContext, Task
 from rollyard.errors import ConfigError
 from rollyard.run.checkpoints import CheckpointError, CheckpointStore
-from rollyard.run.driver import TaskCycle
 from rollyard.run.faults import ENV as FAULT_ENV
 from rollyard.run.resume import find_checkpoint
+from rollyard.run.task_source import TaskCycle
 from rollyard_plugins.loggers.jsonl import keep_rows_until
 
 

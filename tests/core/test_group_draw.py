@@ -23,7 +23,8 @@ class Engine:
         self.ids = itertools.count()
         self.calls: list[int] = []
 
-    async def __call__(self, count: int) -> tuple[list[Sample], dict[str, float]]:
+    async def __call__(self, counts: dict[str, int]) -> tuple[list[Sample], dict[str, float]]:
+        count = counts[""]
         self.calls.append(count)
         samples = []
         for _ in range(count):
@@ -40,13 +41,13 @@ def test_signal_needs_two_usable_samples_with_different_rewards():
 
 def test_groups_without_signal_are_replaced_until_the_step_is_full():
     engine = Engine([True, False, False, True, False, True, True, True])
-    drawn = asyncio.run(draw_groups(engine, wanted=4, budget=16, refill=True))
+    drawn = asyncio.run(draw_groups(engine, wanted={"": 4}, budget=16, refill=True))
     assert engine.calls == [4, 2, 1]  # the shortfall each time
     assert drawn.signal_groups() == 4 and drawn.groups_drawn == 7
     assert drawn.metrics() == {"rollout/zero_variance_share": 0.5, "rollout/resamples": 2.0,
                                "rollout/groups_drawn": 7.0, "rollout/signal_groups": 4.0,
                                "rollout/replayed": 0.0}
-    trained = drawn.training_samples(4)
+    trained = drawn.training_samples({"": 4})
     assert len({s.group_id for s in trained}) == 4 and all(
         has_signal([s for s in trained if s.group_id == g]) for g in {"g0", "g3", "g5", "g6"})
     assert drawn.worker_metrics == {"env/x": 2.0}  # mean over the three draws
@@ -54,24 +55,26 @@ def test_groups_without_signal_are_replaced_until_the_step_is_full():
 
 def test_the_resample_budget_bounds_the_draws():
     engine = Engine([False] * 100)
-    drawn = asyncio.run(draw_groups(engine, wanted=4, budget=resample_budget(4, 2.5), refill=True))
+    drawn = asyncio.run(draw_groups(engine, wanted={"": 4}, budget=resample_budget(4, 2.5),
+                                    refill=True))
     assert drawn.groups_drawn == 10 and sum(engine.calls) == 10
     assert drawn.signal_groups() == 0
-    assert len(drawn.training_samples(4)) == 8  # the first four groups, for the trainer to skip
+    # the first four groups, for the trainer to skip
+    assert len(drawn.training_samples({"": 4})) == 8
 
 
 def test_nothing_is_redrawn_when_equal_groups_are_kept():
     engine = Engine([False, False, True])
-    drawn = asyncio.run(draw_groups(engine, wanted=3, budget=12, refill=False))
+    drawn = asyncio.run(draw_groups(engine, wanted={"": 3}, budget=12, refill=False))
     assert engine.calls == [3] and drawn.metrics()["rollout/resamples"] == 0.0
     assert drawn.metrics()["rollout/zero_variance_share"] == pytest.approx(2 / 3)
 
 
 def test_kept_equal_groups_are_trained_on():
     engine = Engine([False, True, False])
-    drawn = asyncio.run(draw_groups(engine, wanted=3, budget=12, refill=False))
-    assert len(drawn.training_samples(3, signal_only=False)) == 6
-    assert len(drawn.training_samples(3)) == 2
+    drawn = asyncio.run(draw_groups(engine, wanted={"": 3}, budget=12, refill=False))
+    assert len(drawn.training_samples({"": 3}, signal_only=False)) == 6
+    assert len(drawn.training_samples({"": 3})) == 2
 
 
 def test_a_replayed_sample_gives_its_equal_group_a_signal_and_is_trained_not_counted():
@@ -80,7 +83,7 @@ def test_a_replayed_sample_gives_its_equal_group_a_signal_and_is_trained_not_cou
     drawn = GroupDraw(settled + other, {}, replayed=[best])
     assert drawn.samples == settled + other  # what the step's sample metrics describe
     assert drawn.signal_groups() == 1 and drawn.metrics()["rollout/replayed"] == 1.0
-    assert drawn.training_samples(2) == [*settled, best]
+    assert drawn.training_samples({"": 2}) == [*settled, best]
 
 
 def test_a_replayed_sample_is_dropped_with_its_group():
@@ -89,9 +92,10 @@ def test_a_replayed_sample_is_dropped_with_its_group():
 
 
 def test_replayed_samples_count_towards_the_groups_with_a_signal_when_redrawing():
-    async def engine(count):
+    async def engine(counts):
+        count = counts[""]
         samples = [s for i in range(count) for s in group(f"g{i}", [0.5, 0.5])]
         return samples, {}, [group(f"g{i}", [1.0])[0] for i in range(count)]
 
-    drawn = asyncio.run(draw_groups(engine, wanted=3, budget=12, refill=True))
+    drawn = asyncio.run(draw_groups(engine, wanted={"": 3}, budget=12, refill=True))
     assert drawn.draws == 1 and drawn.signal_groups() == 3

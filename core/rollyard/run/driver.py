@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 import shutil
 import time
 import traceback
@@ -25,7 +24,8 @@ from rollyard.run.best_replay import BestSamples, rescore_replayed
 from rollyard.run.engines import EngineFleet
 from rollyard.run.evaluate import EvalPlan, run_evaluation
 from rollyard.run.group_draw import GroupDraw, draw_groups, resample_budget
-from rollyard.run.metrics import failure_reasons, sample_metrics
+from rollyard.run.metrics import environment_metrics, failure_reasons, sample_metrics
+from rollyard.run.mix import EnvironmentPools, environment_config
 from rollyard.run.phase_clock import ROLLOUT, TRAINER, PhaseClock
 from rollyard.run.pipeline import RolloutPipeline
 from rollyard.run.preflight import (
@@ -41,6 +41,7 @@ from rollyard.run.rollout_workers import RolloutPool, RolloutSpec
 from rollyard.run.run_state import RolloutSnapshot, RunCheckpoints, take_snapshot
 from rollyard.run.signals import RunStopped, StopSignals
 from rollyard.run.staleness import VersionLog, drop_stale, staleness_metrics
+from rollyard.run.task_source import TaskSource, make_source
 from rollyard.run.weight_sync import make_weight_sync
 from rollyard.seeding import derive_seed
 from rollyard.types import Sample
@@ -58,43 +59,9 @@ def default_model_dir(runs_dir: Path, seed: int) -> Path:
 
 def new_run_dir(config: RunConfig) -> Path:
     """Where a new run's folder goes (``--name``, else the rollout and the time)."""
-    name = config.name or f"{config.rollout_plugin}-{datetime.now():%Y%m%d-%H%M%S}"
+    envs = "+".join(env.label for env in config.environments)
+    name = config.name or f"{envs}-{datetime.now():%Y%m%d-%H%M%S}"
     return Path(config.runs_dir) / name
-
-
-class TaskCycle:
-    """Endless shuffled passes over a split's task indices. ``drawn`` counts the tasks taken
-    so far: a group's place in the run, from which its sampling seed is derived."""
-
-    def __init__(self, count: int, rng: random.Random) -> None:
-        if not count:
-            raise ConfigError("the rollout plugin has no training tasks")
-        self.count, self.rng, self.queue = count, rng, []
-        self.drawn = 0
-
-    def take(self, n: int) -> list[int]:
-        out = []
-        while len(out) < n:
-            if not self.queue:
-                self.queue = list(range(self.count))
-                self.rng.shuffle(self.queue)
-            out.append(self.queue.pop())
-        self.drawn += n
-        return out
-
-    def state_dict(self) -> dict[str, Any]:
-        """The cursor as JSON data (saved with a checkpoint)."""
-        version, internal, gauss = self.rng.getstate()
-        return {"count": self.count, "queue": list(self.queue), "drawn": self.drawn,
-                "rng": [version, list(internal), gauss]}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state["count"] != self.count:
-            raise ConfigError(f"the checkpoint's task cursor is over {state['count']} training "
-                              f"tasks, the rollout now has {self.count}")
-        version, internal, gauss = state["rng"]
-        self.rng.setstate((version, tuple(internal), gauss))
-        self.queue, self.drawn = list(state["queue"]), int(state["drawn"])
 
 
 class PluginSelection:
@@ -166,6 +133,56 @@ class PluginSelection:
             table: values for table, values in self.config.plugin_options.items()
             if table in self.tables()})
 
+
+class RunSelection:
+    """The plugins of a run: each environment's :class:`PluginSelection` (built from
+    :func:`~rollyard.run.mix.environment_config`), by label, and the run-wide transport,
+    engine and algorithm (the same in all of them)."""
+
+    def __init__(self, config: RunConfig, manager: PluginManager) -> None:
+        self.config, self.manager = config, manager
+        self.weights = {env.label: env.weight for env in config.environments}
+        self.environments = {
+            env.label: PluginSelection(environment_config(config, env, manager), manager)
+            for env in config.environments}
+        first = next(iter(self.environments.values()))
+        self.transport, self.engine = first.transport, first.engine
+        self.algorithm = first.algorithm
+
+    def options(self, kind: str, name: str) -> Any:
+        """The options of a run-wide plugin (transport, engine, algorithm)."""
+        return self.config.options_for(self.manager.get(kind, name),
+                                       self.manager.owner(kind, name).name)
+
+    def place_workers(self) -> None:
+        """:meth:`PluginSelection.place_workers` of every environment."""
+        for selection in self.environments.values():
+            selection.place_workers()
+
+    def tables(self) -> set[str]:
+        """The option tables of every selected plugin (what config.json keeps)."""
+        return set().union(*(s.tables() for s in self.environments.values()))
+
+    def selected_config(self) -> RunConfig:
+        """The config with the option tables of the selected plugins only; each
+        environment's selection keeps the tables of its own plugins."""
+        for selection in self.environments.values():
+            selection.config = selection.selected_config()
+        tables = self.tables()
+        return self.config.replace(plugin_options={
+            table: values for table, values in self.config.plugin_options.items()
+            if table in tables})
+
+    def preflight(self, model_dir: Path) -> dict[str, TaskCounts]:
+        """Each environment's :meth:`PluginSelection.preflight`, by label."""
+        return {label: selection.preflight(selection.config, model_dir)
+                for label, selection in self.environments.items()}
+
+    def specs(self, model_dir: Path, urls: list[str]) -> dict[str, RolloutSpec]:
+        """What each environment's rollout workers are built from, by label."""
+        return {label: rollout_spec(selection.config, selection, model_dir, urls)
+                for label, selection in self.environments.items()}
+
     def check_unused_options(self, defaults: RunConfig) -> None:
         """A ConfigError for options set for a plugin this run does not use (``--dapo-clip-high``
         with ``--algorithm grpo``): they would be ignored silently."""
@@ -207,7 +224,7 @@ def run_training(config: RunConfig, manager: PluginManager,
     Raises :class:`rollyard.run.signals.RunStopped` when SIGINT or SIGTERM stopped the run
     (after saving a checkpoint)."""
     checkpoint, note = find_checkpoint(resume, config.steps) if resume else (None, None)
-    selection = PluginSelection(config, manager)
+    selection = RunSelection(config, manager)
     if defaults is not None:
         selection.check_unused_options(defaults)
     selection.place_workers()
@@ -234,10 +251,17 @@ def run_training(config: RunConfig, manager: PluginManager,
         temperature=config.temperature,
         filter_zero_variance=not config.keep_zero_variance_groups, seed=config.seed,
         global_batch_size=config.groups_per_step * config.group_size)
+    sizes = {env.config.group_size for env in selection.environments.values()}
+    if len(sizes) > 1 and config.train_dp > 1:
+        raise ConfigError(f"--train-dp {config.train_dp} with environments of different group "
+                          f"sizes {sorted(sizes)}: a step's sample count would change from "
+                          "step to step; give them one group_size, or --train-dp 1")
     # a layout that cannot train (tp not dividing the heads, dp not dividing the batch) fails
     # here, before the preflight and Ray; the Ray cluster's CPUs are checked once it runs
     check_layout(str(model_dir), train_config, config.train_tp, config.train_dp)
-    counts = selection.preflight(config, model_dir)
+    counts = selection.preflight(model_dir)
+    make_source({label: c.train for label, c in counts.items()}, selection.weights,
+                config.seed, config.groups_per_step)  # a mix that starves one is refused here
     stop = StopSignals().__enter__()  # from here a signal stops the run in order
     try:
         started_ray = start_ray(config.ray_address, config.num_cpus)
@@ -318,6 +342,29 @@ def _pool_counts(pool: RolloutPool, config: RunConfig) -> TaskCounts:
     return counts_of({split: pool.num_tasks(split) for split in run_splits(config)})
 
 
+def eval_plans(selection: RunSelection, counts: Mapping[str, TaskCounts],
+               config: RunConfig) -> dict[str, EvalPlan] | None:
+    """Each environment's evaluation plan (``--eval-interval``), None when the run does not
+    evaluate."""
+    if not config.eval_interval:
+        return None
+    return {label: EvalPlan.of(selection.environments[label].config, counts[label].eval or 0,
+                               f"--eval-interval {config.eval_interval}")
+            for label in counts}
+
+
+def mean_by_key(by_env: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """Each environment's metrics as ``<key>/<env>``, and each key's mean over them."""
+    metrics: dict[str, float] = {}
+    keys = dict.fromkeys(key for values in by_env.values() for key in values)
+    for key in keys:
+        values = [env_metrics[key] for env_metrics in by_env.values() if key in env_metrics]
+        metrics[key] = sum(values) / len(values)
+        metrics.update({f"{key}/{label}": env_metrics[key]
+                        for label, env_metrics in by_env.items() if key in env_metrics})
+    return metrics
+
+
 def _notice(line: str) -> None:
     """One line for the user, on stderr (the console logger owns stdout)."""
     from rich.console import Console
@@ -333,6 +380,8 @@ class StepRollout:
     seconds: float
     #: Engines found dead and relaunched before the rollout.
     restarted: int
+    #: The groups of each environment the step trains on (``TaskSource.plan``).
+    quotas: dict[str, int]
 
 
 class RunSession:
@@ -341,12 +390,12 @@ class RunSession:
     ``--max-seconds``). With ``--async`` the rollouts run ahead of training
     (:mod:`rollyard.run.pipeline`)."""
 
-    def __init__(self, config: RunConfig, selection: PluginSelection, run_dir: Path,
+    def __init__(self, config: RunConfig, selection: RunSelection, run_dir: Path,
                  model_dir: Path, fleet: EngineFleet, group: Any,
                  checkpoints: RunCheckpoints | None = None,
-                 counts: TaskCounts | None = None) -> None:
+                 counts: Mapping[str, TaskCounts] | None = None) -> None:
         self.config, self.selection, self.run_dir = config, selection, run_dir
-        #: the task counts the preflight found; None: asked of the rollout workers
+        #: each environment's task counts the preflight found; None: asked of the workers
         self.counts = counts
         #: steps this session finished (a failed run without any leaves no run folder)
         self.steps_done = 0
@@ -378,8 +427,14 @@ class RunSession:
         """The exported folder of the weights the engines serve, if there is one."""
         return self.weight_sync.current_weights_dir
 
-    def rollout_spec(self) -> RolloutSpec:
-        return rollout_spec(self.config, self.selection, self.model_dir, self.fleet.urls)
+    def rollout_specs(self) -> dict[str, RolloutSpec]:
+        return self.selection.specs(self.model_dir, self.fleet.urls)
+
+    async def start_pools(self) -> EnvironmentPools:
+        """Every environment's rollout workers."""
+        pools = {label: await asyncio.to_thread(RolloutPool, spec, self.config.rollout_workers)
+                 for label, spec in self.rollout_specs().items()}
+        return EnvironmentPools(pools)
 
     async def run(self) -> None:
         from rich.progress import (
@@ -392,11 +447,12 @@ class RunSession:
 
         config, sel = self.config, self.selection
         transport = sel.transport(self.fleet.urls, sel.options("transport", config.transport))
-        pool = await asyncio.to_thread(RolloutPool, self.rollout_spec(), config.rollout_workers)
-        counts = self.counts or await asyncio.to_thread(_pool_counts, pool, config)
-        tasks = TaskCycle(counts.train, random.Random(config.seed))
-        plan = (EvalPlan.of(config, counts.eval or 0, f"--eval-interval {config.eval_interval}")
-                if config.eval_interval else None)
+        pool = await self.start_pools()
+        counts = self.counts or {label: await asyncio.to_thread(_pool_counts, p, config)
+                                 for label, p in pool.pools.items()}
+        tasks = make_source({label: c.train for label, c in counts.items()}, sel.weights,
+                            config.seed, config.groups_per_step)
+        plan = eval_plans(sel, counts, config)
         progress = Progress(TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(),
                             TimeElapsedColumn(), disable=not config.progress)
         saves = self.checkpoints
@@ -447,7 +503,7 @@ class RunSession:
             await self.weight_sync.close(transport)
             await transport.close()
 
-    async def finish(self, done: int, pool: RolloutPool, tasks: TaskCycle,
+    async def finish(self, done: int, pool: EnvironmentPools, tasks: TaskSource,
                      before: RolloutSnapshot | None = None) -> None:
         """Save the last finished step unless it is saved (``before``: the state before a
         dropped rollout began); say why the run stopped early."""
@@ -464,21 +520,23 @@ class RunSession:
                     f"reached; checkpoint {where} (continue with: rollyard train --resume "
                     f"{self.run_dir})")
 
-    async def rollout(self, step: int, pool: RolloutPool, transport: Any,
-                      tasks: TaskCycle) -> StepRollout:
+    async def rollout(self, step: int, pool: EnvironmentPools, transport: Any,
+                      tasks: TaskSource) -> StepRollout:
         """Relaunch dead engines, then draw the groups of ``step``."""
         with self.clock.busy(ROLLOUT):
             started = time.perf_counter()
             async with self._engines:
                 restarted = await self.weight_sync.restart_dead(transport)
-            draw = await self.collect(pool, tasks, step)
-            return StepRollout(draw, time.perf_counter() - started, len(restarted))
+            quotas = tasks.plan(self.config.groups_per_step)
+            draw = await self.collect(pool, tasks, step, quotas)
+            return StepRollout(draw, time.perf_counter() - started, len(restarted), quotas)
 
     async def step(self, step: int, rollout: StepRollout, transport: Any) -> dict[str, float]:
         """Check, observe and train on the rollout of ``step``; push the new weights."""
         config, draw = self.config, rollout.draw
         samples = draw.samples
         metrics = sample_metrics(samples)
+        metrics.update(environment_metrics(samples))
         metrics.update(draw.worker_metrics)
         metrics.update(draw.metrics())
         metrics["engines/restarted"] = float(rollout.restarted)
@@ -492,7 +550,7 @@ class RunSession:
         if self.ahead:
             draw.samples, dropped = drop_stale(samples, self.versions, self.ahead)
         trained = [s for s in draw.training_samples(
-            config.groups_per_step, signal_only=self.group.filters_zero_variance) if s.usable]
+            rollout.quotas, signal_only=self.group.filters_zero_variance) if s.usable]
         if self.ahead:
             metrics.update(staleness_metrics(trained, self.versions, self.ahead, dropped))
         await self.checkpoints.settle()  # the trainer's part of a checkpoint is written
@@ -517,30 +575,42 @@ class RunSession:
                         "perf/tokens_per_s": metrics["response/tokens"] / rollout.seconds})
         return metrics
 
-    async def evaluate(self, plan: EvalPlan, pool: RolloutPool, step: int) -> dict[str, float]:
-        """Evaluate the weights of ``step`` on the eval split (``--eval-interval``)."""
+    async def evaluate(self, plans: Mapping[str, EvalPlan], pool: EnvironmentPools,
+                       step: int) -> dict[str, float]:
+        """Evaluate the weights of ``step`` on each environment's eval split
+        (``--eval-interval``); with several, each one's ``eval/<key>/<env>`` and, as
+        ``eval/<key>``, their mean."""
         started = time.perf_counter()
+        by_env = {}
+        for label, plan in plans.items():
+            async def on_pool(indices: list[int], seeds: list[int], label: str = label):
+                return await asyncio.to_thread(pool.evaluate, label, indices, seeds)
 
-        async def on_pool(indices: list[int], seeds: list[int]):
-            return await asyncio.to_thread(pool.evaluate, indices, seeds)
-
-        metrics = await run_evaluation(plan, on_pool, self.config.seed, step)
+            by_env[label] = await run_evaluation(plan, on_pool, self.config.seed, step)
+        metrics = next(iter(by_env.values())) if len(by_env) == 1 else mean_by_key(by_env)
         metrics["time/eval_s"] = time.perf_counter() - started
         return metrics
 
-    async def collect(self, pool: RolloutPool, tasks: TaskCycle, step: int = 0) -> GroupDraw:
-        """One step's groups, drawn again while too few carry a learning signal. Each group's
-        sampling seed comes from the run's seed, the step and the group's draw index."""
+    async def collect(self, pool: EnvironmentPools, tasks: TaskSource, step: int,
+                      quotas: Mapping[str, int]) -> GroupDraw:
+        """One step's groups, ``quotas[env]`` of each environment, an environment's groups
+        drawn again while too few carry a learning signal. Each group's sampling seed comes
+        from the run's seed, the step and the group's draw index."""
         config = self.config
 
-        async def draw(count: int) -> tuple[list[Sample], dict[str, float], list[Sample]]:
-            first = tasks.drawn
-            seeds = [derive_seed(config.seed, step, first + i) for i in range(count)]
-            samples, metrics = await asyncio.to_thread(pool.collect, tasks.take(count), seeds)
+        async def draw(wanted: Mapping[str, int],
+                       ) -> tuple[list[Sample], dict[str, float], list[Sample]]:
+            shares = {}
+            for label, count in wanted.items():
+                first = tasks.drawn
+                shares[label] = (tasks.take(label, count),
+                                 [derive_seed(config.seed, step, first + i)
+                                  for i in range(count)])
+            samples, metrics = await asyncio.to_thread(pool.collect, shares)
             replayed = self.best.replays(samples) if config.replay_best else []
             return samples, metrics, replayed
 
-        return await draw_groups(draw, config.groups_per_step,
+        return await draw_groups(draw, quotas,
                                  resample_budget(config.groups_per_step,
                                                  config.max_resample_factor),
                                  refill=self.group.filters_zero_variance)

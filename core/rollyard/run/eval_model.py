@@ -21,6 +21,9 @@ def evaluate_model(config: RunConfig, manager: PluginManager) -> dict[str, float
     from rollyard.isolation.placement import check_in_process
     from rollyard.run.rollout_workers import RolloutWorker
 
+    if config.mixed:
+        raise ConfigError(f"rollyard eval evaluates one environment; --rollout-plugin "
+                          f"{config.rollout_plugin!r} names several (give one of them)")
     selection = PluginSelection(config, manager)
     check_in_process(manager, config.rollout_plugin, config.rollout_env, "rollyard eval",
                      selection.options("rollout", config.rollout_plugin))

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from rollyard.algorithms import ZERO_VARIANCE_STD, population_std
 from rollyard.types import Sample
+
+#: ``Sample.metadata`` key naming the environment (its label) a sample comes from.
+ENV_KEY = "env"
+
+
+def env_of(sample: Sample) -> str:
+    """The label of the environment ``sample`` comes from ("" when it was not marked)."""
+    return str(sample.metadata.get(ENV_KEY, ""))
 
 
 def has_signal(group: list[Sample]) -> bool:
@@ -28,8 +36,12 @@ class GroupDraw:
         self.draws = 0
         self._worker: dict[str, list[float]] = defaultdict(list)
         self.add(samples, worker_metrics, replayed)
-        #: share of the first draw's groups without a signal (before any redraw)
+        #: share of the first draw's groups without a signal (before any redraw), and the
+        #: same per environment
         self.first_zero_variance_share = self.zero_variance_share()
+        self.first_zero_variance_by_env = {
+            env: sum(not has_signal(g) for g in groups) / len(groups)
+            for env, groups in self.groups_by_env().items()}
 
     def add(self, samples: list[Sample], worker_metrics: dict[str, float],
             replayed: list[Sample] | None = None) -> None:
@@ -60,31 +72,58 @@ class GroupDraw:
                 by_id[sample.group_id].append(sample)
         return list(by_id.values())
 
+    def groups_by_env(self) -> dict[str, list[list[Sample]]]:
+        """:meth:`groups`, by the label of the environment they come from."""
+        by_env: dict[str, list[list[Sample]]] = defaultdict(list)
+        for group in self.groups():
+            by_env[env_of(group[0])].append(group)
+        return dict(by_env)
+
     def signal_groups(self) -> int:
         return sum(has_signal(group) for group in self.groups())
+
+    def shortfall(self, wanted: Mapping[str, int]) -> dict[str, int]:
+        """Groups with a signal each environment still lacks (only those lacking any)."""
+        by_env = self.groups_by_env()
+        short = {env: count - sum(has_signal(g) for g in by_env.get(env, []))
+                 for env, count in wanted.items()}
+        return {env: count for env, count in short.items() if count > 0}
 
     def zero_variance_share(self) -> float:
         groups = self.groups()
         return sum(not has_signal(g) for g in groups) / len(groups) if groups else 0.0
 
-    def training_samples(self, wanted: int, signal_only: bool = True) -> list[Sample]:
-        """The first ``wanted`` groups with a signal (``signal_only``), else the first
-        ``wanted`` groups; with no signal group at all, the first ``wanted`` groups (the
-        trainer then skips them when it filters, trains when not)."""
-        signal = [g for g in self.groups() if has_signal(g)] if signal_only else []
-        chosen = signal[:wanted] if signal else self.groups()[:wanted]
+    def training_samples(self, wanted: Mapping[str, int],
+                         signal_only: bool = True) -> list[Sample]:
+        """Of each environment, the first ``wanted[env]`` groups with a signal
+        (``signal_only``), else its first ``wanted[env]`` groups; with no signal group at all
+        there, its first ``wanted[env]`` groups (the trainer then skips them when it filters,
+        trains when not)."""
+        by_env = self.groups_by_env()
+        chosen: list[list[Sample]] = []
+        for env, count in wanted.items():
+            groups = by_env.get(env, [])
+            signal = [g for g in groups if has_signal(g)] if signal_only else []
+            chosen += signal[:count] if signal else groups[:count]
         return [s for group in chosen for s in group]
 
     def metrics(self) -> dict[str, float]:
-        return {"rollout/zero_variance_share": self.first_zero_variance_share,
-                "rollout/resamples": float(self.draws - 1),
-                "rollout/groups_drawn": float(self.groups_drawn),
-                "rollout/signal_groups": float(self.signal_groups()),
-                "rollout/replayed": float(len(self.replayed))}
+        """The draw's ``rollout/*`` metrics; with several environments also
+        ``rollout/zero_variance_share/<env>``."""
+        metrics = {"rollout/zero_variance_share": self.first_zero_variance_share,
+                   "rollout/resamples": float(self.draws - 1),
+                   "rollout/groups_drawn": float(self.groups_drawn),
+                   "rollout/signal_groups": float(self.signal_groups()),
+                   "rollout/replayed": float(len(self.replayed))}
+        if len(self.first_zero_variance_by_env) > 1:
+            metrics.update({f"rollout/zero_variance_share/{env}": share
+                            for env, share in self.first_zero_variance_by_env.items()})
+        return metrics
 
 
-#: Draws groups: (samples, worker metrics, replayed samples).
-Draw = Callable[[int], Awaitable[tuple[list[Sample], dict[str, float], list[Sample]]]]
+#: Draws groups, so many of each environment: (samples, worker metrics, replayed samples).
+Draw = Callable[[Mapping[str, int]],
+                Awaitable[tuple[list[Sample], dict[str, float], list[Sample]]]]
 
 
 def resample_budget(wanted: int, factor: float) -> int:
@@ -92,11 +131,20 @@ def resample_budget(wanted: int, factor: float) -> int:
     return max(wanted, int(factor * wanted))
 
 
-async def draw_groups(draw: Draw, wanted: int, budget: int, refill: bool) -> GroupDraw:
-    """Draw ``wanted`` groups; with ``refill`` (groups with equal rewards are filtered), draw
-    the shortfall again, within ``budget`` groups in all, until ``wanted`` carry a signal."""
-    groups = GroupDraw(*await draw(wanted))
-    while refill and groups.signal_groups() < wanted and groups.groups_drawn < budget:
-        groups.add(*await draw(min(wanted - groups.signal_groups(),
-                                   budget - groups.groups_drawn)))
+async def draw_groups(draw: Draw, wanted: Mapping[str, int], budget: int,
+                      refill: bool) -> GroupDraw:
+    """Draw ``wanted[env]`` groups of each environment; with ``refill`` (groups with equal
+    rewards are filtered), draw each environment's shortfall again, within ``budget`` groups
+    in all, until every environment has its ``wanted`` groups with a signal."""
+    groups = GroupDraw(*await draw(dict(wanted)))
+    while refill and groups.groups_drawn < budget:
+        room, ask = budget - groups.groups_drawn, {}
+        for env, count in groups.shortfall(wanted).items():
+            ask[env] = min(count, room)
+            room -= ask[env]
+            if not room:
+                break
+        if not ask:
+            break
+        groups.add(*await draw(ask))
     return groups

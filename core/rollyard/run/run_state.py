@@ -3,8 +3,8 @@
 A checkpoint holds everything that decides the rest of a run: the trainer's model, optimizer,
 LR schedule and rng states (saved by the ranks, :mod:`rollyard.training.trainer_state`), the
 policy as a Hugging Face folder (what the engines serve), each rollout worker's
-``Rollout.state_dict()``, the task cursor (:class:`rollyard.run.driver.TaskCycle`, whose rng
-is the run's), each task's best sample (``--replay-best``), the weight version and the
+``Rollout.state_dict()``, the task source (:mod:`rollyard.run.task_source`, whose rngs
+are the run's), each task's best sample (``--replay-best``), the weight version and the
 training time so far. Sampling seeds are derived from the run's seed, the step and the draw
 index (:mod:`rollyard.seeding`), so they need no saving. metrics.jsonl and samples.jsonl are
 cut back to the checkpoint's step by their logger (``on_run_start(..., resumed_step)``).

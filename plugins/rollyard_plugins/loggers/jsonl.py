@@ -23,7 +23,8 @@ def sample_row(step: int, sample: Sample) -> dict[str, Any]:
     dataclass in the metadata into an object when the row is written."""
     fields = {f.name: getattr(sample, f.name) for f in dataclasses.fields(sample)}
     metadata = {k: v for k, v in fields.pop("metadata").items() if k not in TEXT_KEYS}
-    return {"step": step, "task_id": sample.task_id, "group_id": sample.group_id,
+    return {"step": step, "env": sample.metadata.get("env"), "task_id": sample.task_id,
+            "group_id": sample.group_id,
             "status": sample.status.value, "failure": sample.metadata.get("failure"),
             "reward": sample.reward, "rewards": dict(sample.rewards),
             "weight_version": sample.weight_version,
