@@ -138,15 +138,27 @@ def test_env_build_finds_rebuilds_a_broken_venv_and_lists_it(
 
 
 @pytest.mark.slow
-def test_the_clashing_plugin_trains_in_isolation_and_survives_a_dead_worker(
+def test_the_clashing_plugin_trains_in_isolation_beside_a_shared_one_and_survives_a_dead_worker(
         rollyard_cli, clash_site: Path, isolated_envs_dir: Path, tiny_model_dir: Path,
         tmp_path: Path) -> None:
-    """Two steps through the CLI; the first worker to run a group exits on the spot."""
+    """Two steps of a mixed run through the CLI: the clashing plugin isolated (weight 2), the
+    toy plugin in the core's environment (weight 1); the first clash worker to run a group
+    exits on the spot."""
     runs = tmp_path / "runs"
+    (tmp_path / "run.toml").write_text(textwrap.dedent("""\
+        [[rollout]]
+        name = "clash"
+        weight = 2
+        rollout_env = "isolated"
+
+        [[rollout]]
+        name = "toy"
+        rollout_env = "shared"
+        """))
     result = rollyard_cli(
-        "train", "--rollout-plugin", "clash", "--rollout-env", "isolated",
+        "train", "--config", str(tmp_path / "run.toml"),
         "--clash-die-once-file", str(tmp_path / "died"), "--model", str(tiny_model_dir),
-        "--steps", "2", "--groups-per-step", "2", "--group-size", "4",
+        "--steps", "2", "--groups-per-step", "3", "--group-size", "4",
         "--rollout-workers", "2", "--num-cpus", "2", "--max-new-tokens", "8",
         "--failure-threshold", "0.6", "--keep-zero-variance-groups", "--no-progress",
         "--runs-dir", str(runs), paths=[clash_site],
@@ -156,12 +168,15 @@ def test_the_clashing_plugin_trains_in_isolation_and_survives_a_dead_worker(
     [run] = list(runs.iterdir())
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    assert [(m["samples/count/clash"], m["samples/count/toy"]) for m in metrics] == [(8, 4)] * 2
     # step 1: the dead worker's group failed, the other one ran; step 2: the restarted worker
-    assert [m["samples/failed_rate"] for m in metrics] == [0.5, 0.0]
+    assert [m["samples/failed_rate"] for m in metrics] == [4 / 12, 0.0]
     failed = [s for s in samples if s["status"] == "failed"]
-    assert len(failed) == 4 and all(s["step"] == 1 for s in failed)
+    assert len(failed) == 4 and all(s["step"] == 1 and s["env"] == "clash" for s in failed)
     assert all("rollout worker failed" in s["metadata"]["failure"] for s in failed)
     ran = [s for s in samples if s["status"] != "failed"]
-    assert len(ran) == 12
-    assert {s["metadata"]["openai"] for s in ran} == {"2.6.1"}  # the workers' own openai
-    assert md.version("openai") != "2.6.1"  # while the core keeps its own
+    assert sorted(s["env"] for s in ran) == ["clash"] * 12 + ["toy"] * 8
+    # the clash workers' own openai, while the core (and the toy workers) keep theirs
+    assert {s["metadata"]["openai"] for s in ran if s["env"] == "clash"} == {"2.6.1"}
+    assert md.version("openai") != "2.6.1"
+    assert all(s["task_id"].startswith(f"{s['env']}/") for s in samples)
