@@ -57,6 +57,12 @@ class RunRecord:
         values = self.series(key)[1]
         return values[-1] if values else None
 
+    def environments(self) -> list[str]:
+        """The labels of a mixed run's environments (from ``samples/count/<env>``)."""
+        prefix = "samples/count/"
+        return sorted({key[len(prefix):] for row in self.rows for key in row
+                       if key.startswith(prefix)})
+
 
 def load_run(path: str | Path) -> RunRecord:
     """A run folder's metrics; a ConfigError naming the folder when it is not a run."""
@@ -207,6 +213,16 @@ def write_plots(runs: list[RunRecord], out: Path, smoothing: float) -> list[Path
                             label=f"{run.label}: {phase}")
         return bool(ax.lines)
 
+    def by_environment(ax) -> bool:
+        styles = ["-", "--", ":", "-."]
+        for i, run in enumerate(runs):
+            for j, env in enumerate(run.environments()):
+                xs, ys = run.series(f"reward/mean/{env}")
+                if xs:
+                    ax.plot(xs, smooth(ys, smoothing), color=f"C{i}",
+                            linestyle=styles[j % len(styles)], label=f"{run.label}: {env}")
+        return bool(ax.lines)
+
     figure("reward_step.png", "reward (raw and smoothed)", "step", "mean reward",
            rewards_against(lambda run: [row["step"] for row in run.rows]))
     figure("reward_time.png", "reward against training time", "training time (s)",
@@ -216,6 +232,8 @@ def write_plots(runs: list[RunRecord], out: Path, smoothing: float) -> list[Path
            lines("train/entropy"))
     figure("response_length.png", "response length", "step", "tokens",
            lines("response/len_mean"))
+    figure("reward_env.png", "reward by environment (smoothed)", "step", "mean reward",
+           by_environment)
     figure("failure_rate.png", "failed or aborted samples", "step", "share", failure)
     figure("step_time.png", "step time by phase", "step", "seconds", phases)
     return written

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -91,6 +93,11 @@ def test_each_step_splits_its_groups_by_weight_and_reports_each_environment(
         assert f"{env}: " in sample["prompt_text"]  # each alias got its own operation
         if env == "reverse":  # its own --max-new-tokens
             assert len(sample["tokens"]) - sample["prompt_len"] <= 5
+    report = subprocess.run([sys.executable, "-m", "rollyard.cli", "report", str(reference),
+                             "--out", str(reference / "report")], capture_output=True,
+                            text=True, timeout=120)
+    assert report.returncode == 0, report.stderr[-3000:]
+    assert (reference / "report" / "reward_env.png").read_bytes()[:4] == b"\x89PNG"
     config = json.loads((reference / "config.json").read_text())
     assert [(e["alias"], e["weight"]) for e in config["rollout"]] == [("copy", 1.0),
                                                                       ("reverse", 3.0)]
