@@ -56,7 +56,8 @@ class Workers:
     def num_tasks(self, split: str) -> int:
         return self.tasks
 
-    def collect(self, tasks: list[int], seeds: list) -> tuple[list[Sample], dict]:
+    def collect(self, tasks: list[int], seeds: list, step: int = 0,
+                ) -> tuple[list[Sample], dict]:
         self.collected.append(list(tasks))
         samples = []
         for task in tasks:
@@ -76,7 +77,7 @@ class Workers:
     def load_state_dicts(self, states: list) -> None:
         self.drawn = states[0]["drawn"]
 
-    def close(self) -> None:
+    def close(self, graceful: bool = True) -> None:
         pass
 
 
