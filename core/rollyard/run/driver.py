@@ -456,7 +456,7 @@ class RunSession:
                                 saves.stop.signum or 0, done,
                                 f"the update of step {step} was still running at "
                                 f"--stop-timeout {config.stop_timeout:g}",
-                                saves.last.path if saves.last else None) from None
+                                *self._newest()) from None
                         abandoned = (f"step {step} abandoned in its update at --stop-timeout "
                                      f"{config.stop_timeout:g}")
                         break
@@ -488,8 +488,7 @@ class RunSession:
             signum = saves.stop.signum
             if signum is None:
                 raise
-            raise StopNotSaved(signum, done, describe_error(exc),
-                               saves.last.path if saves.last else None) from exc
+            raise StopNotSaved(signum, done, describe_error(exc), *self._newest()) from exc
         finally:
             if pipeline is not None:
                 await pipeline.close()
@@ -499,6 +498,11 @@ class RunSession:
             await asyncio.to_thread(pool.close, abandoned is None)
             await self.weight_sync.close(transport)
             await transport.close()
+
+    def _newest(self) -> tuple[Path | None, int]:
+        """The newest complete checkpoint and its step."""
+        last = self.checkpoints.last
+        return (last.path, last.step) if last else (None, 0)
 
     async def unless_overdue(self, awaitable: Awaitable[T]) -> T:
         """What ``awaitable`` gives, unless a stop was asked for more than ``--stop-timeout``

@@ -53,15 +53,22 @@ class RunStopped(Exception):
 
 
 class StopNotSaved(RollyardError):
-    """A signal stopped the run, but the state of its last finished step could not be saved
-    (the disk full, the trainer dead, an update still running past ``--stop-timeout``)."""
+    """A signal asked the run to stop, and then it could not end in order: the state of its
+    last finished step ``step`` could not be saved (the disk full, the trainer dead, an update
+    still running past ``--stop-timeout``), or it was saved and the step after it failed.
+    ``newest`` is the newest complete checkpoint, of step ``newest_step``."""
 
-    def __init__(self, signum: int, step: int, reason: str, newest: Path | None) -> None:
+    def __init__(self, signum: int, step: int, reason: str, newest: Path | None,
+                 newest_step: int = 0) -> None:
         self.signum, self.step = signum, step
         name = signal.Signals(signum).name
-        kept = f"the newest checkpoint is {newest}" if newest else "the run has no checkpoint"
-        super().__init__(f"stopped by {name}, but step {step} could not be saved: {reason}; "
-                         f"{kept}")
+        if newest is not None and newest_step == step:
+            line = (f"stopped by {name} after step {step}, then the run failed: {reason}; "
+                    f"checkpoint {newest} holds step {step}")
+        else:
+            kept = f"the newest checkpoint is {newest}" if newest else "the run has no checkpoint"
+            line = f"stopped by {name}, but step {step} could not be saved: {reason}; {kept}"
+        super().__init__(line)
 
 
 class StopSignals:
