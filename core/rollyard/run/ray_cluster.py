@@ -20,6 +20,7 @@ cluster's to silence Ray there.
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import shutil
 import signal
@@ -86,7 +87,9 @@ def start_ray(address: str | None, num_cpus: int | None) -> bool:
         return True
     cluster = start_local_cluster(num_cpus)
     try:
-        ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
+        # quiet: "connecting to an existing cluster" would puzzle whoever started none
+        ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False,
+                 logging_level=logging.WARNING)
     except BaseException:
         cluster.stop()
         raise
