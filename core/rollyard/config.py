@@ -85,6 +85,10 @@ class RunConfig:
     max_seconds: float = option(0.0, group=RUN, check=non_negative, metavar="S",
                                 help="stop after the step that passes S seconds of training in "
                                      "this process, save and exit 0 (0: no limit)")
+    stop_timeout: float = option(
+        120.0, group=RUN, check=positive, metavar="S",
+        help="after SIGINT or SIGTERM, wait at most S seconds for the step in progress; past "
+             "them the step is abandoned and the last finished step is what is saved")
     log_samples_every: int = option(1, group=RUN, check=non_negative, metavar="N",
                                     help="write the samples of every Nth step to samples.jsonl "
                                          "(0: none)")
@@ -323,7 +327,7 @@ class RunConfig:
 #: runs, what it prints and records, and how it evaluates (evaluation never touches what
 #: training draws); none changes what a step computes unless something fails or times out.
 #: Every other option, plugin options included (observers' aside), must keep its saved value.
-RESUME_SAFE = frozenset({"steps", "save_interval", "max_seconds", "progress",
+RESUME_SAFE = frozenset({"steps", "save_interval", "max_seconds", "stop_timeout", "progress",
                          "failure_threshold", "rollout_timeout", "num_cpus", "ray_address",
                          "engine_url", "weight_sync", "log_samples_every", "eval_interval",
                          "eval_tasks", "eval_samples", "eval_temperature", "rollout_env"})

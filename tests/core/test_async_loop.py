@@ -1,8 +1,9 @@
 """The run loop with --async: the staleness bound under a slow rollout and a slow trainer,
 dropped stale groups, the task order, phase timings and checkpoints taken while a rollout runs
-ahead. The loop (RunSession, its pipeline and weight sync) is real; the rollout workers, the
-engine and the trainer around it are in-process stand-ins that sleep where the real ones
-compute, and record what they were given."""
+ahead; and a stop that meets a step going past --stop-timeout, or a trainer that dies. The loop
+(RunSession, its pipeline and weight sync) is real; the rollout workers, the engine and the
+trainer around it are in-process stand-ins that sleep where the real ones compute, and record
+what they were given."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from rollyard.run.driver import RunSession
 from rollyard.run.engines import EngineFleet
 from rollyard.run.phase_clock import ROLLOUT, TRAINER, PhaseClock
 from rollyard.run.run_state import RunCheckpoints
-from rollyard.run.signals import StopSignals
+from rollyard.run.signals import RunStopped, StopNotSaved, StopSignals
 from rollyard.run.staleness import VersionLog
 from rollyard.testing.fakes import SCRIPTED_URL, ScriptedTransport
 from rollyard.types import Sample
@@ -44,10 +45,12 @@ class Workers:
     serves when it is generated; rewards alternate between 0 and 1, 2 or 3 (by the groups
     drawn before), so every group has a signal and a task's groups differ in their best."""
 
-    def __init__(self, engine: Engine, delay: float, tasks: int = 1000) -> None:
+    def __init__(self, engine: Engine, delay: float, tasks: int = 1000,
+                 stall: Stall | None = None) -> None:
         self.engine, self.delay, self.tasks = engine, delay, tasks
         self.collected: list[list[int]] = []
         self.drawn = 0  # the rollout plugin's own state: tasks it ran
+        self.stall = stall
 
     def __call__(self, spec: object, count: int) -> Workers:  # stands for RolloutPool(...)
         self.group_size = spec.config["group_size"]
@@ -56,7 +59,10 @@ class Workers:
     def num_tasks(self, split: str) -> int:
         return self.tasks
 
-    def collect(self, tasks: list[int], seeds: list) -> tuple[list[Sample], dict]:
+    def collect(self, tasks: list[int], seeds: list, step: int = 0,
+                ) -> tuple[list[Sample], dict]:
+        if self.stall is not None:
+            self.stall.point("rollout", step)
         self.collected.append(list(tasks))
         samples = []
         for task in tasks:
@@ -76,8 +82,27 @@ class Workers:
     def load_state_dicts(self, states: list) -> None:
         self.drawn = states[0]["drawn"]
 
-    def close(self) -> None:
-        pass
+    def close(self, graceful: bool = True) -> None:
+        if not graceful and self.stall is not None:  # killed: a stalled rollout ends
+            self.stall.killed.set()
+
+
+class Stall:
+    """A step that takes "minutes" at ``where`` (``rollout`` or ``train``) of ``step``: the run
+    is signalled as it begins, and it ends only when its workers or ranks are killed; or, with
+    ``fail``, the ranks die there after the signal."""
+
+    def __init__(self, where: str, step: int, stop: StopSignals, fail: bool = False) -> None:
+        self.where, self.step, self.stop, self.fail = where, step, stop, fail
+        self.killed = threading.Event()
+
+    def point(self, where: str, step: int) -> None:
+        if (where, step) != (self.where, self.step):
+            return
+        self.stop.signum, self.stop.at = 15, time.monotonic()  # SIGTERM, now
+        if self.fail:
+            raise RuntimeError("the rank's process died")
+        assert self.killed.wait(30), "the stalled step was never abandoned"
 
 
 class Trainer:
@@ -86,8 +111,8 @@ class Trainer:
 
     filters_zero_variance = False
 
-    def __init__(self, delay: float) -> None:
-        self.delay = delay
+    def __init__(self, delay: float, stall: Stall | None = None) -> None:
+        self.delay, self.stall = delay, stall
         self.version = 0
         self.seen: list[tuple[int, list[int]]] = []
         self.trained: list[list[Sample]] = []
@@ -96,6 +121,8 @@ class Trainer:
         return [[-0.25] * s.response_len for s in samples]
 
     def train(self, samples: list[Sample]) -> dict[str, float]:
+        if self.stall is not None:
+            self.stall.point("train", self.version + 1)
         self.seen.append((self.version, [s.weight_version for s in samples]))
         self.trained.append(samples)
         time.sleep(self.delay)
@@ -111,16 +138,26 @@ class Trainer:
         Path(target).mkdir(parents=True, exist_ok=True)
         (Path(target) / "state").write_text(str(self.version))
 
+    def shutdown(self, graceful: bool = True) -> None:
+        if not graceful and self.stall is not None:  # killed: a stalled update ends
+            self.stall.killed.set()
+
 
 def run_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, rollout_delay: float = 0.0,
              train_delay: float = 0.0, frozen: bool = False, save_interval: int = 0,
-             stop_after: float | None = None, tasks: int = 1000, **options: object,
+             stop_after: float | None = None, tasks: int = 1000,
+             stall: tuple[str, int] | None = None, fail: bool = False,
+             outcome: list[Exception] | None = None, **options: object,
              ) -> tuple[list[dict], Trainer, Workers, dict[int, tuple[dict, list, dict]]]:
     """Run the real loop over the stand-ins; returns each step's metrics, the trainer, the
-    workers and every checkpoint's (driver state, rollout states, best samples)."""
+    workers and every checkpoint's (driver state, rollout states, best samples). ``stall``:
+    (where, step) of a :class:`Stall` (``fail``: the ranks die there instead); ``outcome``
+    receives how a signalled run ended."""
     engine = Engine(frozen)
-    workers = Workers(engine, rollout_delay, tasks)
-    trainer = Trainer(train_delay)
+    stop = StopSignals()
+    stalled = Stall(*stall, stop, fail) if stall else None
+    workers = Workers(engine, rollout_delay, tasks, stalled)
+    trainer = Trainer(train_delay, stalled)
     monkeypatch.setattr(driver, "RolloutPool", workers)
     config = RunConfig(weight_sync="disk", groups_per_step=2, group_size=4,
                        keep_zero_variance_groups=True, progress=False, **options)
@@ -134,7 +171,7 @@ def run_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, rollout_delay: 
                                 options=lambda kind, name: None)
     run_dir = tmp_path / "run"
     run_dir.mkdir(parents=True)
-    saves = RunCheckpoints(run_dir, save_interval, StopSignals())
+    saves = RunCheckpoints(run_dir, save_interval, stop)
     saved: dict[int, tuple[dict, list, dict]] = {}
     store_save = saves.store.save
 
@@ -151,8 +188,10 @@ def run_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, rollout_delay: 
     session = RunSession(config, selection, run_dir, tmp_path, fleet, trainer, saves)
     try:
         asyncio.run(session.run())
-    except driver.RunStopped:
-        pass
+    except (RunStopped, StopNotSaved) as exc:
+        if outcome is None and not isinstance(exc, RunStopped):
+            raise
+        (outcome if outcome is not None else []).append(exc)
     return rows, trainer, workers, saved
 
 
@@ -277,3 +316,57 @@ def test_async_with_a_staleness_bound_of_zero_is_refused():
     with pytest.raises(ConfigError, match="--max-staleness 0 with --async"):
         RunConfig(async_rollout=True, max_staleness=0)
     assert RunConfig(max_staleness=0).max_staleness == 0  # sync mode takes any bound
+
+
+def test_a_rollout_past_the_stop_timeout_is_dropped_and_the_step_before_saved(
+        tmp_path, monkeypatch):
+    outcome: list[Exception] = []
+    rows, trainer, workers, saved = run_loop(
+        tmp_path, monkeypatch, steps=5, stall=("rollout", 3), stop_timeout=0.3,
+        outcome=outcome)
+    assert len(rows) == 2 and len(trainer.seen) == 2 and len(workers.collected) == 2
+    [stopped] = outcome
+    assert isinstance(stopped, RunStopped) and stopped.exit_code == 143
+    assert str(stopped).startswith("stopped by SIGTERM after step 2 (step 3 abandoned in its "
+                                   "rollout at --stop-timeout 0.3); checkpoint ")
+    # the state before the abandoned rollout: two steps of two tasks, version 2
+    state, rollout_states, _ = saved[2]
+    assert sorted(saved) == [2]
+    assert state["tasks"]["drawn"] == 4 == rollout_states[0]["drawn"]
+    assert state["weight_version"] == 2
+
+
+def test_an_update_past_the_stop_timeout_is_abandoned_when_the_step_before_is_saved(
+        tmp_path, monkeypatch):
+    outcome: list[Exception] = []
+    rows, _, _, saved = run_loop(
+        tmp_path, monkeypatch, steps=5, stall=("train", 3), stop_timeout=0.3,
+        save_interval=1, outcome=outcome)
+    [stopped] = outcome
+    assert isinstance(stopped, RunStopped)
+    assert "after step 2 (step 3 abandoned in its update at --stop-timeout 0.3)" in str(stopped)
+    assert sorted(saved) == [1, 2] and len(rows) == 2
+
+
+def test_an_update_past_the_stop_timeout_with_the_step_before_unsaved_says_so(
+        tmp_path, monkeypatch):
+    outcome: list[Exception] = []
+    run_loop(tmp_path, monkeypatch, steps=5, stall=("train", 3), stop_timeout=0.3,
+             outcome=outcome)
+    [failed] = outcome
+    assert isinstance(failed, StopNotSaved)
+    assert str(failed) == ("stopped by SIGTERM, but step 2 could not be saved: the update of "
+                           "step 3 was still running at --stop-timeout 0.3; the run has no "
+                           "checkpoint")
+
+
+def test_a_trainer_that_dies_after_a_signal_is_a_stop_that_says_it_could_not_save(
+        tmp_path, monkeypatch):
+    outcome: list[Exception] = []
+    _, _, _, saved = run_loop(tmp_path, monkeypatch, steps=5, stall=("train", 3), fail=True,
+                              save_interval=1, outcome=outcome)
+    [failed] = outcome
+    assert isinstance(failed, StopNotSaved) and not saved.get(3)
+    assert str(failed) == ("stopped by SIGTERM after step 2, then the run failed: "
+                           "RuntimeError: the rank's process died; checkpoint "
+                           f"{tmp_path}/run/checkpoints/step-000002 holds step 2")

@@ -1,4 +1,5 @@
-"""Starting Ray for a run: a local cluster starts once, quietly, with token authentication."""
+"""Starting Ray for a run: a local cluster starts once, quietly, with token authentication, in
+a session of its own, and leaves no pointer to itself where a plain ``ray.init()`` looks."""
 
 from __future__ import annotations
 
@@ -13,11 +14,18 @@ import pytest
 from rollyard.run import ray_cluster
 
 START_TWICE = """
-from rollyard.run.ray_cluster import start_ray
+from rollyard.run.ray_cluster import start_ray, stop_ray
 first, second = start_ray(None, 1), start_ray(None, 1)
 import os, ray
+
+@ray.remote
+def session():
+    return os.getsid(0)
+
 print("started", first, second, ray.cluster_resources()["CPU"], os.environ["RAY_AUTH_MODE"])
-ray.shutdown()
+print("sessions", os.getsid(0), ray.get(session.remote()))
+print("address", ray.get_runtime_context().gcs_address)
+stop_ray()
 """
 
 
@@ -35,7 +43,13 @@ def test_a_local_cluster_starts_once_without_the_token_authentication_warning(
     assert done.returncode == 0, done.stderr
     assert "started True False 1.0 token" in done.stdout
     assert "Token authentication" not in done.stderr, done.stderr
+    assert "Connecting to existing Ray cluster" not in done.stderr, done.stderr
     assert (tmp_path / ".ray" / "auth_token").is_file()
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    driver, worker = lines["sessions"].split()
+    assert driver != worker  # a signal to the driver's process group does not reach Ray
+    pointer = Path("/tmp/ray/ray_current_cluster")
+    assert not pointer.exists() or lines["address"] not in pointer.read_text()
 
 
 def test_an_authentication_mode_the_user_chose_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:

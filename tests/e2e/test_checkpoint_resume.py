@@ -3,9 +3,12 @@
 With a fixed seed and one sequence per engine batch (batching changes float32 sums, see
 docs/training.md), two runs write the same metrics.jsonl and the same weights; a run killed
 anywhere — in the middle of a save included — and resumed ends exactly where an uninterrupted
-run does; SIGTERM saves, stops every process the run started and exits 143; --max-seconds
-stops after a step, saves and exits 0. (A failing checkpoint writer is tested on the checkpoint
-store itself, tests/core/test_checkpoints.py.)
+run does; SIGTERM to the run's process group saves, stops every process the run started and
+exits 143; after SIGKILL of the driver nothing it started is left within 10 s; SIGINT to the
+group while a rollout takes "minutes" drops that rollout past --stop-timeout, saves the step
+before and exits 130; a stop whose save meets a full disk says so in one line and exits 1;
+--max-seconds stops after a step, saves and exits 0. (A failing checkpoint writer is tested on
+the checkpoint store itself, tests/core/test_checkpoints.py.)
 """
 
 from __future__ import annotations
@@ -224,13 +227,14 @@ def test_a_run_killed_anywhere_and_resumed_ends_as_an_uninterrupted_one(root, re
            f"/step-000002" in run.output
     assert sorted(p.name for p in checkpoints.iterdir()) == ["latest", "step-000002"]
 
-    # 3. SIGTERM during step 3: it finishes the step, saves, stops everything, exits 143
+    # 3. SIGTERM to the run's whole process group during step 3 (as `timeout` or Slurm send
+    # it): it finishes the step, saves, stops everything, exits 143
     run = Run(root, *resume, "--max-seconds", "0", fault="pause:train@3")  # 0: no limit again
     run.wait_for("paused at train (step 3)")
     started = psutil.Process(run.process.pid).children(recursive=True)
     assert any("embedded_engine" in " ".join(p.cmdline()) for p in started)
     assert any(p.name() == "raylet" for p in started)
-    os.kill(run.process.pid, signal.SIGTERM)
+    os.killpg(run.process.pid, signal.SIGTERM)
     assert run.process.wait(120) == 143, run.output[-3000:]
     _, alive = psutil.wait_procs(started, timeout=15)
     alive = [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
@@ -239,15 +243,50 @@ def test_a_run_killed_anywhere_and_resumed_ends_as_an_uninterrupted_one(root, re
             f"with: rollyard train --resume {run_dir})") in run.output
     assert (checkpoints / "latest").read_text() == "step-000003\n"
 
-    # 4. SIGKILL of the whole process tree during step 4
+    # 4. SIGKILL of the driver during step 4: within 10 s nothing it started is left
     run = Run(root, *resume, fault="pause:train@4")
     run.wait_for("paused at train (step 4)")
+    started = psutil.Process(run.process.pid).children(recursive=True)
     os.kill(run.process.pid, signal.SIGKILL)
-    assert run.wait() == -signal.SIGKILL
+    assert run.process.wait(10) == -signal.SIGKILL
+    deadline = time.monotonic() + 10
+    while tagged(run.tag) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not tagged(run.tag), f"left running: {[p.cmdline()[:3] for p in tagged(run.tag)]}"
+    assert not [p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
-    # 5. resumed to the end: the same rewards and the same weights, bit for bit
+    # 5. Ctrl-C (SIGINT to the group) while step 5's rollout takes "minutes": step 4 is
+    # trained but not saved (--save-interval 0); past --stop-timeout the rollout of step 5 is
+    # dropped and step 4 saved from the state before it; nothing is left running; exit 130
+    run = Run(root, *resume, "--save-interval", "0", "--stop-timeout", "2",
+              fault="stall:rollout@5")
+    run.wait_for("stalling the rollout workers at rollout (step 5)")
+    os.killpg(run.process.pid, signal.SIGINT)
+    assert run.process.wait(120) == 130, run.output[-3000:]
+    assert ("stopped by SIGINT after step 4 (step 5 abandoned in its rollout at "
+            f"--stop-timeout 2); checkpoint {checkpoints}/step-000004") in run.output
+    assert (checkpoints / "latest").read_text() == "step-000004\n"
+    assert not tagged(run.tag), f"left running: {tagged(run.tag)}"
+
+    # 6. resumed to the end: the same rewards and the same weights, bit for bit
     run = Run(root, *resume)
     assert run.wait() == 0, run.output[-3000:]
     assert [r["step"] for r in rows(run_dir)] == list(range(1, STEPS + 1))
     assert rows(run_dir) == rows(reference)
     assert final_weights(run_dir) == final_weights(reference)
+
+
+@pytest.mark.slow
+def test_a_stop_that_cannot_save_says_so_in_one_line(root):
+    # SIGTERM to the group during step 2, and the disk is full when its checkpoint is saved
+    run = Run(root, *COMMON, "--steps", "3", "--runs-dir", "runs", "--name", "full",
+              fault="pause:train@2,raise:save:trainer@2")
+    run.wait_for("paused at train (step 2)")
+    os.killpg(run.process.pid, signal.SIGTERM)
+    assert run.process.wait(120) == 1, run.output[-3000:]
+    errors = [line for line in run.out.read_text().splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, run.output[-3000:]
+    assert errors[0].startswith("error: stopped by SIGTERM, but step 2 could not be saved: ")
+    assert "No space left on device" in errors[0] and "the run has no checkpoint" in errors[0]
+    assert not tagged(run.tag), f"left running: {tagged(run.tag)}"
+    assert run.wait() == 1

@@ -8,15 +8,15 @@ import contextlib
 import shutil
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rollyard.config import RunConfig
-from rollyard.errors import ConfigError, TooManyFailures, strip_ansi
+from rollyard.errors import ConfigError, TooManyFailures, describe_error, strip_ansi
 from rollyard.options import options_data
 from rollyard.plugin_options import observer_tables, table_of
 from rollyard.plugins import PluginManager
@@ -35,13 +35,14 @@ from rollyard.run.preflight import (
     counts_of,
     run_splits,
 )
-from rollyard.run.ray_cluster import start_ray
+from rollyard.run.ray_cluster import start_ray, stop_ray
 from rollyard.run.resume import check_checkpoint_model, find_checkpoint
 from rollyard.run.rollout_workers import RolloutPool, RolloutSpec
 from rollyard.run.run_state import RolloutSnapshot, RunCheckpoints, take_snapshot
-from rollyard.run.signals import RunStopped, StopSignals
+from rollyard.run.signals import RunStopped, StopNotSaved, StopSignals
 from rollyard.run.staleness import VersionLog, drop_stale, staleness_metrics
 from rollyard.run.task_source import TaskSource, make_source
+from rollyard.run.warden import Warden
 from rollyard.run.weight_sync import make_weight_sync
 from rollyard.seeding import derive_seed
 from rollyard.types import Sample
@@ -263,10 +264,14 @@ def run_training(config: RunConfig, manager: PluginManager,
     make_source({label: c.train for label, c in counts.items()}, selection.weights,
                 config.seed, config.groups_per_step)  # a mix that starves one is refused here
     stop = StopSignals().__enter__()  # from here a signal stops the run in order
+    warden = None  # ends what the run started if this process is killed
     try:
+        warden = Warden()
         started_ray = start_ray(config.ray_address, config.num_cpus)
     except BaseException:
         stop.__exit__(None, None, None)
+        if warden is not None:
+            warden.close()
         raise
     stop.install()  # over the SIGTERM handler ray.init sets
     run_dir = Path(resume) if resume else new_run_dir(config)
@@ -316,9 +321,8 @@ def run_training(config: RunConfig, manager: PluginManager,
         stop.__exit__(None, None, None)
         manager.hooks.on_run_end(str(run_dir), status, error)
         if started_ray:
-            import ray
-
-            ray.shutdown()
+            stop_ray()
+        warden.close()
         if status == "failed" and not kept:
             shutil.rmtree(run_dir, ignore_errors=True)
     return run_dir
@@ -382,6 +386,19 @@ class StepRollout:
     restarted: int
     #: The groups of each environment the step trains on (``TaskSource.plan``).
     quotas: dict[str, int]
+
+
+#: How often a step in progress looks whether a stop has passed ``--stop-timeout``.
+OVERDUE_POLL_S = 0.1
+T = TypeVar("T")
+
+
+class StepAbandoned(Exception):
+    """A stop passed ``--stop-timeout`` while the step waited for ``task``."""
+
+    def __init__(self, task: asyncio.Future) -> None:
+        super().__init__("the step in progress was abandoned")
+        self.task = task
 
 
 class RunSession:
@@ -457,6 +474,9 @@ class RunSession:
                             TimeElapsedColumn(), disable=not config.progress)
         saves = self.checkpoints
         pipeline: RolloutPipeline[StepRollout, RolloutSnapshot] | None = None
+        done = saves.first_step - 1
+        #: why the run stopped with a step unfinished (--stop-timeout), None: it did not
+        abandoned: str | None = None
         try:
             await saves.restore(self, pool, tasks, transport)
             self.versions = VersionLog(self.weight_version)
@@ -465,16 +485,39 @@ class RunSession:
                 config.steps, self.ahead, lambda: take_snapshot(pool, tasks, self.best))
             self.clock = PhaseClock()
             pipeline.start()
+            before: RolloutSnapshot | None = None
             with progress:
-                bar = progress.add_task("steps", total=config.steps,
-                                        completed=saves.first_step - 1)
-                done = saves.first_step - 1
+                bar = progress.add_task("steps", total=config.steps, completed=done)
                 for step in range(saves.first_step, config.steps + 1):
                     if saves.stop.requested:
                         break
-                    metrics = await self.step(step, await pipeline.take(step), transport)
-                    if plan is not None and (step % config.eval_interval == 0
-                                             or step == config.steps):
+                    try:
+                        rollout = await self.unless_overdue(pipeline.take(step))
+                    except StepAbandoned as late:
+                        # nothing of the step was trained: keep the state before its rollout
+                        before = await pipeline.snapshot_before(step)
+                        late.task.cancel()
+                        abandoned = (f"step {step} abandoned in its rollout at --stop-timeout "
+                                     f"{config.stop_timeout:g}")
+                        break
+                    try:
+                        metrics = await self.unless_overdue(self.step(step, rollout,
+                                                                      transport))
+                    except StepAbandoned as late:
+                        late.task.cancel()
+                        # the update cannot be stopped otherwise, nor its thread end
+                        await asyncio.to_thread(self.group.shutdown, False)
+                        if done > saves.saved_step:
+                            raise StopNotSaved(
+                                saves.stop.signum or 0, done,
+                                f"the update of step {step} was still running at "
+                                f"--stop-timeout {config.stop_timeout:g}",
+                                *self._newest()) from None
+                        abandoned = (f"step {step} abandoned in its update at --stop-timeout "
+                                     f"{config.stop_timeout:g}")
+                        break
+                    if plan is not None and not saves.stop.requested and (
+                            step % config.eval_interval == 0 or step == config.steps):
                         metrics.update(await self.evaluate(plan, pool, step))
                     metrics.update(self.clock.report())
                     metrics["time/elapsed_s"] = saves.elapsed()
@@ -491,29 +534,57 @@ class RunSession:
                     if config.max_seconds and step < config.steps \
                             and saves.seconds_here() >= config.max_seconds:
                         break
-            before = await pipeline.snapshot_before(done + 1)
+            if abandoned is None:
+                before = await pipeline.snapshot_before(done + 1)
             await pipeline.close()  # a rollout that ran ahead is dropped
-            await self.finish(done, pool, tasks, before)
+            await self.finish(done, pool, tasks, before, abandoned)
+        except (RunStopped, StopNotSaved):
+            raise
+        except Exception as exc:
+            signum = saves.stop.signum
+            if signum is None:
+                raise
+            raise StopNotSaved(signum, done, describe_error(exc), *self._newest()) from exc
         finally:
             if pipeline is not None:
                 await pipeline.close()
             with contextlib.suppress(Exception):  # a save still running ends first
                 await saves.settle()
-            await asyncio.to_thread(pool.close)
+            # an abandoned rollout still waits on the workers: killing them ends it
+            await asyncio.to_thread(pool.close, abandoned is None)
             await self.weight_sync.close(transport)
             await transport.close()
 
+    def _newest(self) -> tuple[Path | None, int]:
+        """The newest complete checkpoint and its step."""
+        last = self.checkpoints.last
+        return (last.path, last.step) if last else (None, 0)
+
+    async def unless_overdue(self, awaitable: Awaitable[T]) -> T:
+        """What ``awaitable`` gives, unless a stop was asked for more than ``--stop-timeout``
+        seconds ago first: then :class:`StepAbandoned`, its task still running."""
+        task = asyncio.ensure_future(awaitable)
+        stop, timeout = self.checkpoints.stop, self.config.stop_timeout
+        while True:
+            finished, _ = await asyncio.wait({task}, timeout=OVERDUE_POLL_S)
+            if finished:
+                return task.result()
+            if stop.overdue(timeout):
+                raise StepAbandoned(task)
+
     async def finish(self, done: int, pool: EnvironmentPools, tasks: TaskSource,
-                     before: RolloutSnapshot | None = None) -> None:
+                     before: RolloutSnapshot | None = None,
+                     abandoned: str | None = None) -> None:
         """Save the last finished step unless it is saved (``before``: the state before a
-        dropped rollout began); say why the run stopped early."""
+        dropped rollout began); say why the run stopped early (``abandoned``: the step that a
+        stop left unfinished)."""
         saves = self.checkpoints
         if done > saves.saved_step:
             await saves.save(done, self, pool, tasks, before)
         await saves.settle()
         if saves.stop.signum is not None:
             raise RunStopped(saves.stop.signum, done, saves.last.path if saves.last else None,
-                             self.run_dir)
+                             self.run_dir, abandoned)
         if done < self.config.steps:
             where = saves.last.path if saves.last else "no checkpoint"
             _notice(f"stopped after step {done}: --max-seconds {self.config.max_seconds:g} "
@@ -527,6 +598,7 @@ class RunSession:
             started = time.perf_counter()
             async with self._engines:
                 restarted = await self.weight_sync.restart_dead(transport)
+            self.checkpoints.fault("rollout", step)
             quotas = tasks.plan(self.config.groups_per_step)
             draw = await self.collect(pool, tasks, step, quotas)
             return StepRollout(draw, time.perf_counter() - started, len(restarted), quotas)
@@ -606,7 +678,7 @@ class RunSession:
                 shares[label] = (tasks.take(label, count),
                                  [derive_seed(config.seed, step, first + i)
                                   for i in range(count)])
-            samples, metrics = await asyncio.to_thread(pool.collect, shares)
+            samples, metrics = await asyncio.to_thread(pool.collect, shares, step)
             replayed = self.best.replays(samples) if config.replay_best else []
             return samples, metrics, replayed
 

@@ -65,10 +65,11 @@ class EnvironmentPools:
         self.mixed = len(self.pools) > 1
         self._threads = ThreadPoolExecutor(max_workers=len(self.pools))
 
-    def collect(self, shares: Mapping[str, Share]) -> tuple[list[Sample], dict[str, float]]:
+    def collect(self, shares: Mapping[str, Share],
+                step: int = 0) -> tuple[list[Sample], dict[str, float]]:
         """Each environment's groups (its pool's ``collect``, all at once) and the workers'
-        metrics (``env/<label>/…`` when there are several)."""
-        results = self._each("collect", shares)
+        metrics (``env/<label>/…`` when there are several); ``step``: the run's step."""
+        results = self._each("collect", shares, step)
         samples: list[Sample] = []
         metrics: dict[str, float] = {}
         for label, (got, worker_metrics) in results.items():
@@ -82,8 +83,9 @@ class EnvironmentPools:
         samples, solved, metrics = self.pools[label].evaluate(tasks, seeds)
         return self._marked(label, samples), solved, metrics
 
-    def _each(self, method: str, shares: Mapping[str, Share]) -> dict[str, Any]:
-        futures = {label: self._threads.submit(getattr(self.pools[label], method), *share)
+    def _each(self, method: str, shares: Mapping[str, Share], *extra: Any) -> dict[str, Any]:
+        futures = {label: self._threads.submit(getattr(self.pools[label], method), *share,
+                                               *extra)
                    for label, share in shares.items() if share[0]}
         return {label: future.result() for label, future in futures.items()}
 
@@ -115,9 +117,10 @@ class EnvironmentPools:
         for label, pool in self.pools.items():
             pool.load_state_dicts(states[label])
 
-    def close(self) -> None:
+    def close(self, graceful: bool = True) -> None:
+        """:meth:`RolloutPool.close` of every pool (``graceful``: plugins closed first)."""
         try:
             for pool in self.pools.values():
-                pool.close()
+                pool.close(graceful)
         finally:
             self._threads.shutdown(wait=False)

@@ -7,9 +7,10 @@ enough: the rollout of step ``t`` starts once its previous rollout is done and t
 sample is at most ``K`` weight updates older than the policy it trains.
 
 Rollouts never run side by side, so tasks are drawn in the same order as in a synchronous run.
-Before a rollout that runs ahead draws anything, the pipeline keeps a snapshot of the driver's
-state (task cursor, rollout workers' states): a checkpoint of the step before it holds that
-state, as if the rollout had not started.
+Before a rollout draws anything, the pipeline keeps a snapshot of the driver's state (task
+cursor, rollout workers' states): a checkpoint of the step before it holds that state, as if
+the rollout had not started — a rollout that runs ahead, or one begun just before a signal
+stopped the run, or abandoned at ``--stop-timeout``.
 """
 
 from __future__ import annotations
@@ -25,8 +26,7 @@ S = TypeVar("S")
 
 class RolloutPipeline(Generic[T, S]):
     """Runs ``rollout(step)`` for steps ``first..last``, at most ``ahead`` steps ahead of the
-    last step reported by :meth:`trained`; ``snapshot()`` is taken before each rollout when
-    ``ahead`` > 0."""
+    last step reported by :meth:`trained`; ``snapshot()`` is taken before each rollout."""
 
     def __init__(self, rollout: Callable[[int], Awaitable[T]], first: int, last: int,
                  ahead: int, snapshot: Callable[[], Awaitable[S]]) -> None:
@@ -49,10 +49,15 @@ class RolloutPipeline(Generic[T, S]):
                 await self._progress.wait()
             result = self._results.setdefault(step, loop.create_future())
             try:
-                if self.ahead:
-                    # registered before anything is drawn: a save of step - 1 waits for it
-                    snapshot = self._snapshots[step] = loop.create_future()
+                # registered before anything is drawn: a save of step - 1 waits for it
+                snapshot = self._snapshots[step] = loop.create_future()
+                try:
                     snapshot.set_result(await self._snapshot())
+                except BaseException as exc:  # a save waiting for it must not wait forever
+                    snapshot.set_exception(exc if isinstance(exc, Exception)
+                                           else RuntimeError("the rollout was dropped"))
+                    snapshot.exception()  # retrieved: only a save that waits for it raises it
+                    raise
                 result.set_result(await self._rollout(step))
             except Exception as exc:  # the step that needs it raises it
                 if not result.done():

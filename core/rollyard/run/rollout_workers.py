@@ -25,6 +25,7 @@ from rollyard.run.collect import (
     placeholder,
     with_text,
 )
+from rollyard.run.faults import stall_point
 from rollyard.run.partial_rollouts import ResumingTransport
 from rollyard.seeding import derive_seed
 from rollyard.types import Sample, SampleStatus, SamplingParams, Task
@@ -102,11 +103,12 @@ class RolloutWorker:
         return len(self.tasks(split))
 
     async def collect(self, indices: list[int], seeds: list[int | None] | None = None,
-                      ) -> tuple[list[Sample], dict[str, float]]:
-        """One group per task index; ``seeds`` are the groups' sampling seeds. The metrics
-        are the environment's, as ``env/<name>``, and with ``--partial-rollouts``
-        ``rollout/resumed_rate``: the share of generations a weight update aborted and that
-        went on from where they stopped."""
+                      step: int = 0) -> tuple[list[Sample], dict[str, float]]:
+        """One group per task index; ``seeds`` are the groups' sampling seeds, ``step`` the
+        run's step (for :mod:`rollyard.run.faults`). The metrics are the environment's, as
+        ``env/<name>``, and with ``--partial-rollouts`` ``rollout/resumed_rate``: the share of
+        generations a weight update aborted and that went on from where they stopped."""
+        await stall_point("rollout", step)
         tasks = [self.tasks("train")[i] for i in indices]
         samples = await collect_step(self.rollout, self.rewards, tasks, self.settings, seeds)
         metrics = {f"env/{k}": v for k, v in {**self.rollout.metrics(),
@@ -203,6 +205,8 @@ class RolloutPool:
         self.config = spec.config
         self.group_size = int(spec.config["group_size"])
         self.restarts = 0
+        #: closing: a worker lost now is not started again
+        self.closing = False
         ray.get([w.__ray_ready__.remote() for w in self.workers])
 
     def _restart(self, index: int) -> None:
@@ -220,11 +224,12 @@ class RolloutPool:
         return ray.get(self.workers[0].num_tasks.remote(split))
 
     def collect(self, tasks: list[int], seeds: list[int | None] | None = None,
-                ) -> tuple[list[Sample], dict[str, float]]:
+                step: int = 0) -> tuple[list[Sample], dict[str, float]]:
         """Samples of every task (a lost worker's tasks become failed samples) and the mean of
         the workers' metrics (:meth:`RolloutWorker.collect`). ``seeds``: each group's sampling
-        seed."""
-        samples, _, metrics = self._deal("collect", "train", self.group_size, tasks, seeds)
+        seed; ``step``: the run's step."""
+        samples, _, metrics = self._deal("collect", "train", self.group_size, tasks, seeds,
+                                         (step,))
         return samples, metrics
 
     def evaluate(self, tasks: list[int], seeds: list[int | None],
@@ -233,16 +238,17 @@ class RolloutPool:
         return self._deal("evaluate", "eval", int(self.config["eval_samples"]), tasks, seeds)
 
     def _deal(self, method: str, split: str, group_size: int, tasks: list[int],
-              seeds: list[int | None] | None) -> tuple[list[Sample], list[bool],
-                                                       dict[str, float]]:
-        """Run ``method`` of the workers on round-robin shares of ``tasks``: the samples, the
-        solved flags (evaluation only; empty for collect) and the mean of their metrics."""
+              seeds: list[int | None] | None, extra: tuple[Any, ...] = (),
+              ) -> tuple[list[Sample], list[bool], dict[str, float]]:
+        """Run ``method`` of the workers on round-robin shares of ``tasks`` (and ``extra``
+        arguments): the samples, the solved flags (evaluation only; empty for collect) and the
+        mean of their metrics."""
         import ray
 
         count = len(self.workers)
         seeds = list(seeds) if seeds is not None else [None] * len(tasks)
         shares = [tasks[i::count] for i in range(count)]
-        refs = [(i, share, getattr(w, method).remote(share, seeds[i::count]))
+        refs = [(i, share, getattr(w, method).remote(share, seeds[i::count], *extra))
                 for i, (w, share) in enumerate(zip(self.workers, shares)) if share]
         samples: list[Sample] = []
         solved: list[bool] = []
@@ -251,7 +257,7 @@ class RolloutPool:
             try:
                 got, *got_solved, worker_metrics = ray.get(ref)
             except ray.exceptions.RayError as exc:
-                if isinstance(exc, ray.exceptions.RayActorError):
+                if isinstance(exc, ray.exceptions.RayActorError) and not self.closing:
                     self._restart(index)
                 lost = [placeholder(Task(id=f"{split}[{task}]", prompt=""), SampleStatus.FAILED,
                                     f"rollout worker failed: {describe_error(exc)}")
@@ -275,11 +281,15 @@ class RolloutPool:
                               f"workers, this run has {len(self.workers)}")
         _get([w.load_state_dict.remote(s) for w, s in zip(self.workers, states)])
 
-    def close(self) -> None:
+    def close(self, graceful: bool = True) -> None:
+        """End the workers: each closes its plugins first when ``graceful``; otherwise (a step
+        abandoned) they are killed at once, and a rollout still waiting on them ends."""
         import ray
 
+        self.closing = True
         try:
-            ray.get([w.close.remote() for w in self.workers], timeout=30)
+            if graceful:
+                ray.get([w.close.remote() for w in self.workers], timeout=30)
         finally:
             for worker in self.workers:
                 ray.kill(worker)

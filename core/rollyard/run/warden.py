@@ -1,0 +1,107 @@
+"""The warden: a small process that outlives a killed driver and ends what its run started.
+
+A run's processes sit in sessions of their own (the local Ray cluster, every engine), so that
+a signal meant for the run's process group reaches only the driver, which stops them in order
+(:mod:`rollyard.run.signals`). The price is that nothing ends them when the driver dies by
+SIGKILL (the OOM killer, ``kill -9``, a scheduler's hard kill). The warden does: the driver
+starts it first, in a session of its own, holding the only write end of a pipe that is the
+warden's stdin. The kernel closes that end when the driver dies, however it dies; the warden
+reads end-of-file and SIGKILLs every process that carries the run's mark — the environment
+variable :data:`MARK_ENV`, which the driver sets before it starts anything, so that every
+process it starts inherits it — and the children of those (a sandbox that clears its
+environment). At a normal end the driver has stopped everything itself; it closes the pipe and
+the warden's sweep finds only what was left over.
+
+Run as ``python -m rollyard.run.warden MARK DRIVER_PID``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+
+#: The environment variable that marks the processes of one run (its value: the run's mark).
+MARK_ENV = "ROLLYARD_RUN_MARK"
+#: How long a sweep goes on killing what keeps appearing (a process forked meanwhile).
+SWEEP_SECONDS = 5.0
+
+
+def marked(mark: str, spare: frozenset[int] = frozenset()) -> list:
+    """The live processes (psutil) that carry ``mark``, and their descendants, but ``spare``."""
+    import psutil
+
+    found: dict[int, psutil.Process] = {}
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get(MARK_ENV) == mark:
+                found[proc.pid] = proc
+                found.update((child.pid, child) for child in proc.children(recursive=True))
+        except psutil.Error:
+            continue
+    return [proc for pid, proc in found.items() if pid not in spare and pid != os.getpid()]
+
+
+def sweep(mark: str, spare: frozenset[int] = frozenset()) -> int:
+    """SIGKILL every process :func:`marked` finds, again until none is left (or
+    :data:`SWEEP_SECONDS` passed); returns how many were killed."""
+    import psutil
+
+    killed: set[int] = set()
+    deadline = time.monotonic() + SWEEP_SECONDS
+    while time.monotonic() < deadline:
+        procs = [p for p in marked(mark, spare) if p.status() != psutil.STATUS_ZOMBIE]
+        if not procs:
+            break
+        for proc in procs:
+            try:
+                proc.kill()
+                killed.add(proc.pid)
+            except psutil.Error:
+                pass
+        psutil.wait_procs(procs, timeout=1)
+    return len(killed)
+
+
+class Warden:
+    """The driver's end: starts the warden process and marks this process's environment, so
+    that everything started from here on carries the mark; :meth:`close` at the end of the
+    run."""
+
+    def __init__(self) -> None:
+        self.mark = uuid.uuid4().hex
+        self._previous = os.environ.get(MARK_ENV)
+        # not marked itself: the sweep must not kill the warden
+        env = {k: v for k, v in os.environ.items() if k != MARK_ENV}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "rollyard.run.warden", self.mark, str(os.getpid())],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True, env=env)
+        os.environ[MARK_ENV] = self.mark
+
+    def close(self, timeout: float = SWEEP_SECONDS + 5) -> None:
+        """Let the warden sweep what the run left and end; restore the environment."""
+        if self._previous is None:
+            os.environ.pop(MARK_ENV, None)
+        else:
+            os.environ[MARK_ENV] = self._previous
+        if self.process.stdin is not None and not self.process.stdin.closed:
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def main(argv: list[str]) -> int:
+    mark, driver = argv[0], int(argv[1])
+    while sys.stdin.buffer.read(4096):  # end-of-file: the driver closed it, or died
+        pass
+    sweep(mark, spare=frozenset({driver}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

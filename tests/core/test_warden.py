@@ -1,0 +1,70 @@
+"""The warden: when the driver dies, however it dies, what the run started goes with it — the
+processes carrying the run's mark, and their children that cleared their environment (a
+sandbox) — and nothing else; at a normal end the driver's environment is restored."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+from rollyard.run.warden import MARK_ENV, Warden
+
+DRIVER = textwrap.dedent("""
+    import subprocess, sys, time
+    from rollyard.run.warden import Warden
+
+    unmarked = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                                start_new_session=True)
+    warden = Warden()
+    # an engine in a session of its own, which starts a child with an empty environment
+    engine = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys, time; "
+         "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], env={}); "
+         "time.sleep(120)"], start_new_session=True)
+    time.sleep(1.0)
+    print(unmarked.pid, engine.pid, flush=True)
+    time.sleep(120)
+""")
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_a_killed_driver_takes_what_it_started_and_only_that():
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    unmarked, engine = (int(pid) for pid in driver.stdout.readline().split())
+    sandbox = [p.pid for p in psutil.Process(engine).children()]
+    try:
+        assert len(sandbox) == 1
+        driver.kill()
+        driver.wait()
+        deadline = time.monotonic() + 10
+        while not (_gone(engine) and _gone(sandbox[0])) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _gone(engine) and _gone(sandbox[0])
+        assert not _gone(unmarked)  # started before the warden: not the run's
+    finally:
+        for pid in (unmarked, engine, *sandbox):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def test_a_normal_end_restores_the_environment_and_ends_the_warden():
+    before = os.environ.get(MARK_ENV)
+    warden = Warden()
+    assert os.environ[MARK_ENV] == warden.mark
+    warden.close()
+    assert os.environ.get(MARK_ENV) == before
+    assert warden.process.returncode == 0
