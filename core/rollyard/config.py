@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from rollyard.environments import Environment, environments_from_tables, parse_mix
 from rollyard.errors import ConfigError
+from rollyard.models.origin import PRETRAINED_DEFAULTS, model_defaults_of
 from rollyard.options import (
     LegacyOption,
     OptionSpec,
@@ -151,6 +152,13 @@ class RunConfig:
     model: str | None = option(None, group=INFERENCE, metavar="DIR",
                                help="Hugging Face model folder (default: a tiny model built "
                                     "with `rollyard init-model`)")
+    model_defaults: Literal["auto", "scratch", "pretrained"] = option(
+        "auto", group=INFERENCE,
+        help="which defaults the options you leave unset get: the from-scratch ones (tuned "
+             "on a tiny random model: --lr 3e-3, ...) or the pretrained ones (--lr 1e-6, "
+             "--groups-per-step 8, --micro-batch-tokens 2048); auto: from-scratch for a "
+             "folder `rollyard init-model` built (or no --model), pretrained for any other; "
+             "config.json records the choice (docs/training.md)")
     engine: str = option("embedded", group=INFERENCE, metavar="NAME",
                          help="inference engine the run starts")
     engine_url: tuple[str, ...] = option((), group=INFERENCE, metavar="URL",
@@ -428,6 +436,7 @@ def build_run_config(tables: OptionTables, layers: list[Layer],
             for legacy_option in table.options:
                 if flag == legacy_option.action.dest:
                     legacy[plugin][legacy_option.name] = value
+    _apply_model_defaults(core)
     plugin_options: dict[str, Any] = dict(legacy)
     for prefix, values in typed.items():
         plugin_options[prefix] = construct_options(tables.typed[prefix].options_cls, prefix,
@@ -451,6 +460,18 @@ def _checked_overrides(env: Environment, specs: Mapping[str, OptionSpec],
     return dataclasses.replace(env, overrides={
         key: specs[key].coerce(value, f"{source}: [[rollout]] {env.label!r} {key!r}")
         for key, value in env.overrides.items()})
+
+
+def _apply_model_defaults(core: dict[str, Any]) -> None:
+    """Resolve ``model_defaults: auto`` by the model folder (:mod:`rollyard.models.origin`)
+    and, for a pretrained model, fill in the pretrained default of each option not set."""
+    chosen = core.get("model_defaults", "auto")
+    if chosen == "auto":
+        chosen = model_defaults_of(core.get("model"))
+    core["model_defaults"] = chosen
+    if chosen == "pretrained":
+        for name, value in PRETRAINED_DEFAULTS.items():
+            core.setdefault(name, value)
 
 
 def _table_value(tables: OptionTables, typed: dict[str, dict[str, Any]],

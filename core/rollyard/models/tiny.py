@@ -3,7 +3,9 @@
 The result (config.json, float32 model.safetensors, tokenizer files with a ChatML template) is
 the exchange format of the whole project: the embedded engine and SGLang serve it and the
 trainer converts it. Input and output embeddings are untied so every weight is stored once,
-by name. The same ``seed`` always gives the same weights and the same tokenizer.
+by name. The same ``seed`` always gives the same weights and the same tokenizer. The folder
+carries the init-model marker (:mod:`rollyard.models.origin`): runs on it get the from-scratch
+defaults.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import pathlib
 from typing import Any
 
+from rollyard.models.origin import write_init_marker
 from rollyard.models.tokenizer import train_tokenizer
 
 ARCHITECTURES = ("qwen3", "llama")
@@ -71,6 +74,7 @@ def build_tiny_model(out_dir: str | pathlib.Path, arch: str = "qwen3", size: str
     try:
         model.save_pretrained(out)
         tokenizer.save_pretrained(out)
+        write_init_marker(out, arch=arch, size=size, seed=seed)
     finally:
         if bars:
             hf_logging.enable_progress_bar()

@@ -230,6 +230,10 @@ def run_training(config: RunConfig, manager: PluginManager,
         selection.check_unused_options(defaults)
     selection.place_workers()
     config = selection.selected_config()
+    if config.model_defaults == "pretrained" and not resume:
+        from rollyard.models.origin import defaults_line
+
+        _notice(defaults_line(config.to_data()))
     model_dir = Path(config.model) if config.model else default_model_dir(
         Path(resume).parent if resume else Path(config.runs_dir), config.seed)
     if not (model_dir / "config.json").exists():
