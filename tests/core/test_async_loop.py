@@ -165,8 +165,10 @@ def run_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, rollout_delay: 
     hooks = SimpleNamespace(on_samples=lambda step, samples: None,
                             on_step_end=lambda step, metrics: rows.append(metrics))
     manager = SimpleNamespace(hooks=hooks, observers=dict)  # no observer plugins
-    selection = SimpleNamespace(manager=manager, reward_weights={},
-                                worker_python=None,  # workers in the core's environment
+    spec = SimpleNamespace(config=config.to_data())  # what the stand-in workers read
+    selection = SimpleNamespace(manager=manager, weights={"toy": 1.0},
+                                environments={"toy": SimpleNamespace(config=config)},
+                                specs=lambda model_dir, urls: {"toy": spec},
                                 transport=lambda urls, options: engine,
                                 options=lambda kind, name: None)
     run_dir = tmp_path / "run"
