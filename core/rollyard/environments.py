@@ -1,7 +1,8 @@
 """The environments of a run: one rollout plugin, or a weighted mix of several.
 
 On the command line ``--rollout-plugin toy:1,codegolf:3`` (``NAME:WEIGHT``; a plain name has
-weight 1); in a run.toml, an array of ``[[rollout]]`` tables, which may also give an alias (the
+weight 1; a name may be qualified by its distribution, ``rollyard:guess:2``); in a run.toml,
+an array of ``[[rollout]]`` tables, which may also give an alias (the
 same plugin twice with other options), the plugin's options and per-environment overrides of
 some core rollout options. Each environment is trained on its share of every step's groups
 (:mod:`rollyard.run.task_source`) and reported under its label (the alias, else the name).
@@ -22,6 +23,8 @@ from rollyard.errors import ConfigError
 OVERRIDES = ("group_size", "max_new_tokens", "rollout_env", "reward")
 #: Keys of a ``[[rollout]]`` table.
 TABLE_KEYS = frozenset({"name", "alias", "weight", "options", *OVERRIDES})
+#: What follows a name's last ':' when it is meant as a weight (else ``DIST:NAME``).
+_WEIGHTISH = re.compile(r"^[-+.\d]")
 _LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -62,10 +65,11 @@ def parse_mix(text: str, where: str = "--rollout-plugin") -> tuple[Environment, 
         raise ConfigError(f"{where} {text!r}: an empty name (two commas, or one at an end)")
     environments = []
     for part in parts:
-        name, colon, weight = part.partition(":")
+        name, colon, weight = part.rpartition(":")
+        if not colon or not _WEIGHTISH.match(weight):  # no weight: DIST:NAME or NAME
+            name, weight = part, "1"
         if not name:
             raise ConfigError(f"{where} {part!r}: no name before the weight")
-        weight = weight if colon else "1"
         environments.append(Environment(name=name, weight=_weight(weight, f"{where} {part!r}")))
     return check_mix(environments, where)
 

@@ -40,6 +40,11 @@ class PluginWarning(UserWarning):
     """A plugin failed to load or register; the others still work."""
 
 
+def qualified(distribution: str, name: str) -> str:
+    """The spelling that always names one distribution's plugin: ``DIST:NAME``."""
+    return f"{distribution}:{name}"
+
+
 @dataclass
 class PluginRecord:
     """What ``rollyard plugins`` shows about one plugin."""
@@ -84,6 +89,11 @@ class PluginManager:
         self.pm.add_hookspecs(hookspecs)
         self.records: dict[str, PluginRecord] = {}
         self.registry: dict[str, dict[str, Registered]] = {kind: {} for kind, _ in KINDS.values()}
+        #: the first registration of a name that a second distribution registered too
+        self._shared: dict[str, dict[str, Registered]] = {kind: {} for kind, _ in KINDS.values()}
+        #: plain names that two third-party distributions register: their qualified spellings
+        self._ambiguous: dict[str, dict[str, list[str]]] = {kind: {}
+                                                            for kind, _ in KINDS.values()}
         self._allow = _names_from_env("ROLLYARD_LOAD_PLUGINS", environ)
         self._block = _names_from_env("ROLLYARD_DISABLE_PLUGINS", environ) or set()
         self._loaded_all = False
@@ -120,16 +130,17 @@ class PluginManager:
 
     def _load_entry_point(self, ep: md.EntryPoint) -> None:
         dist = ep.dist.name if ep.dist else "(unknown)"
-        loaded = self.records.get(ep.name)
+        name = ep.name
+        loaded = self.records.get(name)
         if loaded is not None:
-            if (loaded.distribution, loaded.entry_point) != (dist, ep.value):
-                clash = (f"plugin name {ep.name!r} is also the name of entry point {ep.value!r} "
-                         f"of distribution {dist!r}, which was not loaded")
-                if not any(clash in error for error in loaded.errors):
-                    self._fail(loaded, clash)
-            return
-        record = PluginRecord(ep.name, dist, ep.dist.version if ep.dist else "", ep.value)
-        self.records[ep.name] = record
+            if (loaded.distribution, loaded.entry_point) == (dist, ep.value):
+                return
+            # another distribution's plugin of this name: loaded under its qualified name
+            name = qualified(dist, ep.name)
+            if name in self.records:
+                return
+        record = PluginRecord(name, dist, ep.dist.version if ep.dist else "", ep.value)
+        self.records[name] = record
         try:
             module = ep.load()
         except Exception as exc:
@@ -199,15 +210,40 @@ class PluginManager:
             name = getattr(cls, "name", "")
             if not isinstance(name, str) or not name:
                 raise PluginError(f"{kind} class {cls.__qualname__} has no 'name'", **where)
-            taken = self.registry[kind].get(name)
-            if taken is not None:
+            taken = self.registry[kind].get(name) or self._shared[kind].get(name)
+            if taken is not None and taken.plugin.distribution == record.distribution:
                 raise PluginError(
-                    f"{kind} name {name!r} is registered by both {taken.plugin.distribution!r} "
-                    f"(entry point {taken.plugin.entry_point!r}) and {record.distribution!r}",
+                    f"{kind} name {name!r} is registered twice by {record.distribution!r} "
+                    f"(entry points {taken.plugin.entry_point!r} and {record.entry_point!r})",
                     **where)
-            self.registry[kind][name] = Registered(cls, record)
+            if taken is not None:
+                self._share_name(kind, name, taken, Registered(cls, record))
+            else:
+                self.registry[kind][name] = Registered(cls, record)
             record.registers.setdefault(kind, []).append(name)
         return register
+
+    def _share_name(self, kind: str, name: str, taken: Registered, new: Registered) -> None:
+        """Two distributions register ``name``: both are reachable as ``DIST:NAME``; the
+        plain name stays with a third-party plugin over a built-in example of the core, and
+        with neither of two third-party plugins (:meth:`get` then names both spellings)."""
+        table = self.registry[kind]
+        first = self._shared[kind].setdefault(name, taken)
+        for entry in (first, new):
+            spelled = qualified(entry.plugin.distribution, name)
+            table[spelled] = Registered(_renamed(entry.cls, spelled), entry.plugin)
+        core = [e for e in (first, new) if e.plugin.distribution == CORE_DISTRIBUTION]
+        others = [e for e in (first, new) if e.plugin.distribution != CORE_DISTRIBUTION]
+        if core and len(others) == 1 and name not in self._ambiguous[kind]:
+            table[name] = others[0]
+            _notice_once(f"{kind} {name!r} of {others[0].plugin.distribution!r} takes the name "
+                         f"of the core's built-in example, which stays available as "
+                         f"{qualified(CORE_DISTRIBUTION, name)!r}")
+        else:
+            table.pop(name, None)
+            self._ambiguous[kind][name] = sorted(
+                {*self._ambiguous[kind].get(name, []),
+                 *(qualified(e.plugin.distribution, name) for e in (first, new))})
 
     def _fail(self, record: PluginRecord, message: str) -> None:
         full = (message if record.distribution in message else
@@ -229,14 +265,31 @@ class PluginManager:
     # ------------------------------------------------------------------ lookup
 
     def get(self, kind: str, name: str) -> type:
-        """The class registered as ``name`` of ``kind``, or UnknownPluginError."""
-        entry = self.registry[kind].get(name)
+        """The class registered as ``name`` of ``kind`` (plain, or ``DIST:NAME``), or
+        UnknownPluginError (PluginError for a plain name two distributions register)."""
+        entry = self._lookup(kind, name)
+        if entry is None and name in self._ambiguous[kind]:
+            raise PluginError(f"{kind} name {name!r} is registered by several distributions; "
+                              f"say which: {' or '.join(self._ambiguous[kind][name])}")
         if entry is None:
             raise UnknownPluginError(kind, name, list(self.registry[kind]))
         return entry.cls
 
     def owner(self, kind: str, name: str) -> PluginRecord:
-        return self.registry[kind][name].plugin
+        entry = self._lookup(kind, name)
+        if entry is None:
+            raise KeyError(f"{kind} {name!r}")
+        return entry.plugin
+
+    def _lookup(self, kind: str, name: str) -> Registered | None:
+        """``name``'s registration; ``DIST:NAME`` also reaches a plain name's sole owner."""
+        entry = self.registry[kind].get(name)
+        if entry is None and ":" in name:
+            dist, _, plain = name.rpartition(":")
+            entry = self.registry[kind].get(plain)
+            if entry is not None and entry.plugin.distribution != dist:
+                entry = None
+        return entry
 
     def names(self, kind: str) -> list[str]:
         return sorted(self.registry[kind])
@@ -251,6 +304,29 @@ class PluginManager:
                 if name in self.records and getattr(plugin, "Options", None) is not None
                 and isinstance(getattr(plugin, "name", None), str)
                 and observer_hooks & set(self.records[name].hooks)}
+
+
+def _renamed(cls: type, name: str) -> type:
+    """``cls`` registered as ``name`` (``DIST:NAME``): a subclass with that ``name`` whose typed
+    options, if it declares any under its plain name, move to the ``DIST-NAME`` table and
+    flags (the plain ones belong to the plugin that keeps the plain name)."""
+    if getattr(cls, "name", None) == name:
+        return cls
+    attributes: dict[str, Any] = {"name": name, "__module__": cls.__module__,
+                                  "__qualname__": cls.__qualname__, "__doc__": cls.__doc__}
+    if getattr(cls, "Options", None) is not None and not getattr(cls, "options_prefix", ""):
+        attributes["options_prefix"] = name.replace(":", "-")
+    return type(cls.__name__, (cls,), attributes)
+
+
+_NOTICED: set[str] = set()
+
+
+def _notice_once(line: str) -> None:
+    """One line on stderr, once per process (workers and the driver each load plugins)."""
+    if line not in _NOTICED:
+        _NOTICED.add(line)
+        print(f"rollyard: {line}", file=sys.stderr)
 
 
 class HookFacade:

@@ -78,7 +78,8 @@ def config(**layer) -> RunConfig:
 @pytest.mark.parametrize("value, message", [
     ("toy:0", "weight '0' must be a positive number"),
     ("toy:-1,guess", "weight '-1' must be a positive number"),
-    ("toy:x", "weight 'x' is not a number"),
+    ("toy:1x", "weight '1x' is not a number"),
+    ("toy:.", "weight '.' is not a number"),
     ("toy,,guess", "an empty name"),
     ("toy:1,toy:2", "environment 'toy' is given twice"),
 ])
@@ -115,6 +116,12 @@ def test_rollout_tables_round_trip_through_config_json_and_flags_win():
     overridden = build_run_config(OptionTables(), [("run.toml", mixed.to_data())],
                                   {"--rollout-plugin": "guess"})
     assert overridden.environments[0].name == "guess" and not overridden.mixed
+
+
+def test_qualified_names_with_and_without_weights():
+    mix = build_run_config(OptionTables(), [], {"--rollout-plugin": "rollyard:guess:2,toy"})
+    assert [(e.name, e.weight) for e in mix.environments] == [("rollyard:guess", 2.0),
+                                                               ("toy", 1.0)]
 
 
 def test_rollout_plugin_beside_rollout_tables_is_refused():

@@ -362,14 +362,19 @@ def test_bad_plugin_is_reported_and_the_others_still_work(plugin_manager, plugin
     assert sorted(plugin_manager.records) == ["bad", "good"]
 
 
-def test_duplicate_name_in_process_names_both_distributions(plugin_manager):
+def test_a_name_two_distributions_register_is_refused_plain_and_taken_qualified(
+        plugin_manager):
     plugin_manager.register(EverythingPlugin(), name="first", distribution="dist-one")
-    with pytest.warns(PluginWarning):
-        record = plugin_manager.register(_registering("register_rollouts", CountdownRollout),
-                                         name="second", distribution="dist-two")
-    assert "rollout name 'countdown' is registered by both 'dist-one'" in record.errors[0]
-    assert "'dist-two'" in record.errors[0]
-    assert plugin_manager.owner("rollout", "countdown").name == "first"
+    record = plugin_manager.register(_registering("register_rollouts", CountdownRollout),
+                                     name="second", distribution="dist-two")
+    assert record.errors == []
+    with pytest.raises(PluginError, match="rollout name 'countdown' is registered by several "
+                                          "distributions; say which: dist-one:countdown or "
+                                          "dist-two:countdown"):
+        plugin_manager.get("rollout", "countdown")
+    assert plugin_manager.get("rollout", "dist-two:countdown").name == "dist-two:countdown"
+    assert issubclass(plugin_manager.get("rollout", "dist-one:countdown"), CountdownRollout)
+    assert plugin_manager.owner("rollout", "dist-one:countdown").name == "first"
 
 
 # --------------------------------------------------------------------------- entry points
@@ -425,13 +430,55 @@ def test_duplicate_name_across_two_distributions(make_distribution):
     make_distribution("rollyard-twin-b", {"ry_twin_b.py": TWIN_MODULE}, {"twin-b": "ry_twin_b"})
     make_distribution("rollyard-shapes", {"ry_shapes.py": GOOD_MODULE}, {"shapes": "ry_shapes"})
     manager = PluginManager(environ={"ROLLYARD_LOAD_PLUGINS": "twin-a,twin-b,shapes"})
-    with pytest.warns(PluginWarning, match="rollyard plugin 'twin-b'"):
-        manager.load_all()
-    assert manager.records["twin-b"].errors == [
-        "reward name 'twin' is registered by both 'rollyard-twin-a' (entry point 'ry_twin_a') "
-        "and 'rollyard-twin-b' (distribution 'rollyard-twin-b', entry point 'ry_twin_b')"]
-    assert manager.owner("reward", "twin").distribution == "rollyard-twin-a"
+    manager.load_all()
+    assert manager.records["twin-b"].errors == []
+    assert manager.owner("reward", "rollyard-twin-a:twin").distribution == "rollyard-twin-a"
+    assert manager.owner("reward", "rollyard-twin-b:twin").distribution == "rollyard-twin-b"
+    with pytest.raises(PluginError, match="rollyard-twin-a:twin or rollyard-twin-b:twin"):
+        manager.get("reward", "twin")
     assert manager.names("rollout") == ["shapes"]
+
+
+GUESS_MODULE = """
+from dataclasses import dataclass
+from rollyard import Rollout, hookimpl
+from rollyard.options import option
+
+@dataclass(frozen=True)
+class Mine:
+    colour: str = option("red", help="the colour")
+
+class MyGuess(Rollout):
+    name = "guess"
+    Options = Mine
+
+@hookimpl
+def register_rollouts(register):
+    register(MyGuess)
+"""
+
+
+def test_a_third_party_plugin_takes_a_name_from_a_builtin_example(make_distribution, capsys):
+    from rollyard.plugin_options import OptionTables
+    from rollyard_plugins.guess import Guess
+
+    make_distribution("rollyard-guess", {"my_guess.py": GUESS_MODULE}, {"guess": "my_guess"})
+    manager = PluginManager(environ={})
+    manager.load_all()
+    assert manager.get("rollout", "guess").__module__ == "my_guess"
+    builtin = manager.get("rollout", "rollyard:guess")
+    assert issubclass(builtin, Guess) and builtin.name == "rollyard:guess"
+    assert manager.get("rollout", "rollyard-guess:guess").__module__ == "my_guess"
+    # both entry points named 'guess' load: the second under its qualified name
+    assert manager.records["rollyard-guess:guess"].distribution == "rollyard-guess"
+    assert manager.records["guess"].distribution == "rollyard"
+    err = capsys.readouterr().err
+    assert err.count("rollout 'guess' of 'rollyard-guess' takes the name of the core's built-in "
+                     "example, which stays available as 'rollyard:guess'") == 1
+    # each keeps its own options: the plain flags for the plugin with the plain name
+    tables = OptionTables.from_manager(manager)
+    assert tables.typed["guess"].options_cls.__module__ == "my_guess"
+    assert tables.typed["rollyard-guess"].options_cls is Guess.Options
 
 
 def test_allow_list_loads_only_the_named_entry_points(make_distribution):
@@ -479,12 +526,22 @@ def test_entry_point_name_taken_by_two_distributions(make_distribution):
     make_distribution("rollyard-shapes", {"ry_shapes.py": GOOD_MODULE}, {"shapes": "ry_shapes"})
     make_distribution("rollyard-other", {"ry_other.py": TWIN_MODULE}, {"shapes": "ry_other"})
     manager = PluginManager(environ={"ROLLYARD_LOAD_PLUGINS": "shapes"})
-    with pytest.warns(PluginWarning, match="rollyard plugin 'shapes'"):
-        manager.load_for_run([("rollout", "nothing-has-this")])  # loads twice: named, then all
-    record = manager.records["shapes"]  # whichever distribution was found first
-    other = {"rollyard-shapes": ("rollyard-other", "ry_other"),
-             "rollyard-other": ("rollyard-shapes", "ry_shapes")}[record.distribution]
-    assert record.errors == [
-        f"plugin name 'shapes' is also the name of entry point {other[1]!r} of distribution "
-        f"{other[0]!r}, which was not loaded (distribution {record.distribution!r}, "
-        f"entry point {record.entry_point!r})"]
+    manager.load_for_run([("rollout", "nothing-has-this")])  # loads twice: named, then all
+    first = manager.records["shapes"]  # whichever distribution was found first
+    other = {"rollyard-shapes": "rollyard-other",
+             "rollyard-other": "rollyard-shapes"}[first.distribution]
+    second = manager.records[f"{other}:shapes"]
+    assert first.errors == second.errors == []
+    assert manager.get("rollout", "shapes").__module__ == "ry_shapes"
+    assert manager.get("reward", "twin").__module__ == "ry_other"
+
+
+
+
+def test_a_qualified_name_always_reaches_its_distribution_plugin():
+    manager = PluginManager(environ={})
+    manager.load_all()
+    assert manager.get("rollout", "rollyard:toy") is manager.get("rollout", "toy")
+    assert manager.owner("reward", "rollyard:exact-match").name == "basic-rewards"
+    with pytest.raises(UnknownPluginError, match="no rollout named 'elsewhere:toy'"):
+        manager.get("rollout", "elsewhere:toy")
