@@ -18,8 +18,6 @@ DRIVER = textwrap.dedent("""
     import subprocess, sys, time
     from rollyard.run.warden import Warden
 
-    unmarked = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
-                                start_new_session=True)
     warden = Warden()
     # an engine in a session of its own, which starts a child with an empty environment
     engine = subprocess.Popen(
@@ -27,7 +25,7 @@ DRIVER = textwrap.dedent("""
          "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], env={}); "
          "time.sleep(120)"], start_new_session=True)
     time.sleep(1.0)
-    print(unmarked.pid, engine.pid, flush=True)
+    print(engine.pid, flush=True)
     time.sleep(120)
 """)
 
@@ -40,9 +38,10 @@ def _gone(pid: int) -> bool:
 
 
 def test_a_killed_driver_takes_what_it_started_and_only_that():
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     driver = subprocess.Popen([sys.executable, "-c", DRIVER], stdout=subprocess.PIPE, text=True,
                               start_new_session=True)
-    unmarked, engine = (int(pid) for pid in driver.stdout.readline().split())
+    engine = int(driver.stdout.readline())
     sandbox = [p.pid for p in psutil.Process(engine).children()]
     try:
         assert len(sandbox) == 1
@@ -52,9 +51,9 @@ def test_a_killed_driver_takes_what_it_started_and_only_that():
         while not (_gone(engine) and _gone(sandbox[0])) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert _gone(engine) and _gone(sandbox[0])
-        assert not _gone(unmarked)  # started before the warden: not the run's
+        assert not _gone(bystander.pid)  # not the run's
     finally:
-        for pid in (unmarked, engine, *sandbox):
+        for pid in (bystander.pid, engine, *sandbox):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
