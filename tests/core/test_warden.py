@@ -1,6 +1,7 @@
 """The warden: when the driver dies, however it dies, what the run started goes with it — the
-processes carrying the run's mark, and their children that cleared their environment (a
-sandbox) — and nothing else; at a normal end the driver's environment is restored."""
+processes in the sessions it started or carrying the run's mark, and their children that
+cleared their environment (a sandbox) — and nothing else; at a normal end the driver's
+environment is restored."""
 
 from __future__ import annotations
 
@@ -18,6 +19,10 @@ DRIVER = textwrap.dedent("""
     import subprocess, sys, time
     from rollyard.run.warden import Warden
 
+    # started before the run, in a session of its own: not the run's (an in-process test's
+    # fixture)
+    before = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                              start_new_session=True)
     warden = Warden()
     # an engine in a session of its own, which starts a child with an empty environment
     engine = subprocess.Popen(
@@ -25,7 +30,7 @@ DRIVER = textwrap.dedent("""
          "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], env={}); "
          "time.sleep(120)"], start_new_session=True)
     time.sleep(1.0)
-    print(engine.pid, flush=True)
+    print(before.pid, engine.pid, flush=True)
     time.sleep(120)
 """)
 
@@ -41,7 +46,7 @@ def test_a_killed_driver_takes_what_it_started_and_only_that():
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     driver = subprocess.Popen([sys.executable, "-c", DRIVER], stdout=subprocess.PIPE, text=True,
                               start_new_session=True)
-    engine = int(driver.stdout.readline())
+    before, engine = (int(pid) for pid in driver.stdout.readline().split())
     sandbox = [p.pid for p in psutil.Process(engine).children()]
     try:
         assert len(sandbox) == 1
@@ -51,9 +56,9 @@ def test_a_killed_driver_takes_what_it_started_and_only_that():
         while not (_gone(engine) and _gone(sandbox[0])) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert _gone(engine) and _gone(sandbox[0])
-        assert not _gone(bystander.pid)  # not the run's
+        assert not _gone(bystander.pid) and not _gone(before)  # not the run's
     finally:
-        for pid in (bystander.pid, engine, *sandbox):
+        for pid in (bystander.pid, before, engine, *sandbox):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:

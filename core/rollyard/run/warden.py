@@ -10,7 +10,8 @@ reads end-of-file and SIGKILLs the run's processes and their children (a sandbox
 
 * every process in a session that one of the driver's descendants led or sat in (the warden
   looks every :data:`POLL_S` seconds; Ray's workers sit in its head's session), but the
-  driver's own session, which is the user's;
+  driver's own session, which is the user's, and those of processes it had started before
+  the run (a test's fixtures, when the run is in-process);
 * every process that carries the run's mark, the environment variable :data:`MARK_ENV` that the
   driver sets before it starts anything (one started since the last look). A process that
   rewrites its command line over its environment (Ray's ``ray::…`` titles) loses the mark,
@@ -19,7 +20,7 @@ reads end-of-file and SIGKILLs the run's processes and their children (a sandbox
 At a normal end the driver has stopped everything itself; it closes the pipe and the warden's
 sweep finds only what was left over.
 
-Run as ``python -m rollyard.run.warden MARK DRIVER_PID``.
+Run as ``python -m rollyard.run.warden MARK DRIVER_PID [SPARED_SESSION,…]``.
 """
 
 from __future__ import annotations
@@ -108,8 +109,9 @@ class Warden:
         self._previous = os.environ.get(MARK_ENV)
         # not marked itself: the sweep must not kill the warden
         env = {k: v for k, v in os.environ.items() if k != MARK_ENV}
+        before = ",".join(str(sid) for sid in sorted(sessions_below(os.getpid())))
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "rollyard.run.warden", self.mark, str(os.getpid())],
+            [sys.executable, "-m", "rollyard.run.warden", self.mark, str(os.getpid()), before],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True, env=env)
         os.environ[MARK_ENV] = self.mark
 
@@ -130,8 +132,9 @@ class Warden:
 
 def main(argv: list[str]) -> int:
     mark, driver = argv[0], int(argv[1])
-    # never the driver's own session (the user's terminal), nor this one
+    # never the driver's own session (the user's terminal), this one, nor one from before
     theirs = {os.getsid(driver), os.getsid(0)}
+    theirs |= {int(sid) for sid in argv[2].split(",") if sid} if len(argv) > 2 else set()
     sessions: set[int] = set()
     stdin = sys.stdin.buffer.raw
     while True:
