@@ -16,7 +16,7 @@ import psutil
 from rollyard.run.warden import MARK_ENV, Warden
 
 DRIVER = textwrap.dedent("""
-    import subprocess, sys, time
+    import subprocess, sys, tempfile, time
     from rollyard.run.warden import Warden
 
     # started before the run, in a session of its own: not the run's (an in-process test's
@@ -24,13 +24,15 @@ DRIVER = textwrap.dedent("""
     before = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
                               start_new_session=True)
     warden = Warden()
+    folder = tempfile.mkdtemp(prefix="rollyard-warden-test-")
+    warden.remove_after(folder)  # a Ray cluster's sockets and logs
     # an engine in a session of its own, which starts a child with an empty environment
     engine = subprocess.Popen(
         [sys.executable, "-c", "import subprocess, sys, time; "
          "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], env={}); "
          "time.sleep(120)"], start_new_session=True)
     time.sleep(1.0)
-    print(before.pid, engine.pid, flush=True)
+    print(before.pid, engine.pid, folder, flush=True)
     time.sleep(120)
 """)
 
@@ -46,7 +48,8 @@ def test_a_killed_driver_takes_what_it_started_and_only_that():
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     driver = subprocess.Popen([sys.executable, "-c", DRIVER], stdout=subprocess.PIPE, text=True,
                               start_new_session=True)
-    before, engine = (int(pid) for pid in driver.stdout.readline().split())
+    before, engine, folder = driver.stdout.readline().split()
+    before, engine = int(before), int(engine)
     sandbox = [p.pid for p in psutil.Process(engine).children()]
     try:
         assert len(sandbox) == 1
@@ -56,6 +59,9 @@ def test_a_killed_driver_takes_what_it_started_and_only_that():
         while not (_gone(engine) and _gone(sandbox[0])) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert _gone(engine) and _gone(sandbox[0])
+        while os.path.exists(folder) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not os.path.exists(folder)
         assert not _gone(bystander.pid) and not _gone(before)  # not the run's
     finally:
         for pid in (bystander.pid, before, engine, *sandbox):

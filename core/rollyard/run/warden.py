@@ -17,8 +17,9 @@ reads end-of-file and SIGKILLs the run's processes and their children (a sandbox
   rewrites its command line over its environment (Ray's ``ray::…`` titles) loses the mark,
   which is why sessions come first.
 
-At a normal end the driver has stopped everything itself; it closes the pipe and the warden's
-sweep finds only what was left over.
+Folders the driver names on the pipe (:meth:`Warden.remove_after`: the local Ray cluster's)
+are removed after the sweep. At a normal end the driver has stopped everything itself; it
+closes the pipe and the warden's sweep finds only what was left over.
 
 Run as ``python -m rollyard.run.warden MARK DRIVER_PID [SPARED_SESSION,…]``.
 """
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import os
 import select
+import shutil
 import subprocess
 import sys
 import time
@@ -115,6 +117,12 @@ class Warden:
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True, env=env)
         os.environ[MARK_ENV] = self.mark
 
+    def remove_after(self, folder: str | os.PathLike) -> None:
+        """Have ``folder`` removed after the sweep, when the driver has died (or ended)."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(f"{os.fspath(folder)}\n".encode())
+        self.process.stdin.flush()
+
     def close(self, timeout: float = SWEEP_SECONDS + 5) -> None:
         """Let the warden sweep what the run left and end; restore the environment."""
         if self._previous is None:
@@ -136,13 +144,19 @@ def main(argv: list[str]) -> int:
     theirs = {os.getsid(driver), os.getsid(0)}
     theirs |= {int(sid) for sid in argv[2].split(",") if sid} if len(argv) > 2 else set()
     sessions: set[int] = set()
-    stdin = sys.stdin.buffer.raw
+    stdin, said = sys.stdin.buffer.raw, b""
     while True:
         sessions |= sessions_below(driver) - theirs
         ready, _, _ = select.select([stdin], [], [], POLL_S)
-        if ready and not stdin.read(4096):  # end-of-file: the driver closed it, or died
+        if not ready:
+            continue
+        chunk = stdin.read(4096)
+        if not chunk:  # end-of-file: the driver closed it, or died
             break
+        said += chunk
     sweep(mark, sessions, spare=frozenset({driver}))
+    for folder in said.decode().splitlines():
+        shutil.rmtree(folder, ignore_errors=True)
     return 0
 
 
