@@ -206,6 +206,7 @@ def test_report_summarises_and_plots_two_runs(root, reference, observed):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # seven runs of the CLI, on a machine that may be shared
 def test_a_run_killed_anywhere_and_resumed_ends_as_an_uninterrupted_one(root, reference):
     run_dir = root / "runs" / "chain"
     first = [*COMMON, "--save-interval", "1", "--runs-dir", "runs", "--name", "chain"]
