@@ -40,7 +40,7 @@ MARK_ENV = "ROLLYARD_RUN_MARK"
 #: How long a sweep goes on killing what keeps appearing (a process forked meanwhile).
 SWEEP_SECONDS = 5.0
 #: How often the warden looks which sessions the driver's descendants are in.
-POLL_S = 0.5
+POLL_S = 1.0
 
 
 def sessions_below(pid: int) -> set[int]:
