@@ -62,7 +62,10 @@ class Workers:
     def collect(self, tasks: list[int], seeds: list, step: int = 0,
                 ) -> tuple[list[Sample], dict]:
         if self.stall is not None:
-            self.stall.point("rollout", step)
+            try:
+                self.stall.point("rollout", step)
+            except Killed:  # the pool's lost workers give nothing
+                return [], {}
         self.collected.append(list(tasks))
         samples = []
         for task in tasks:
@@ -90,10 +93,11 @@ class Workers:
 class Stall:
     """A step that takes "minutes" at ``where`` (``rollout`` or ``train``) of ``step``: the run
     is signalled as it begins, and it ends only when its workers or ranks are killed; or, with
-    ``fail``, the ranks die there after the signal."""
+    ``fail``, the ranks die there after the signal; ``hold=False``: only the signal."""
 
-    def __init__(self, where: str, step: int, stop: StopSignals, fail: bool = False) -> None:
-        self.where, self.step, self.stop, self.fail = where, step, stop, fail
+    def __init__(self, where: str, step: int, stop: StopSignals, fail: bool = False,
+                 hold: bool = True) -> None:
+        self.where, self.step, self.stop, self.fail, self.hold = where, step, stop, fail, hold
         self.killed = threading.Event()
 
     def point(self, where: str, step: int) -> None:
@@ -102,7 +106,13 @@ class Stall:
         self.stop.signum, self.stop.at = 15, time.monotonic()  # SIGTERM, now
         if self.fail:
             raise RuntimeError("the rank's process died")
-        assert self.killed.wait(30), "the stalled step was never abandoned"
+        if self.hold:
+            assert self.killed.wait(30), "the stalled step was never abandoned"
+            raise Killed(where)
+
+
+class Killed(Exception):
+    """What a killed worker's or rank's call gives its caller."""
 
 
 class Trainer:
@@ -146,7 +156,7 @@ class Trainer:
 def run_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, rollout_delay: float = 0.0,
              train_delay: float = 0.0, frozen: bool = False, save_interval: int = 0,
              stop_after: float | None = None, tasks: int = 1000,
-             stall: tuple[str, int] | None = None, fail: bool = False,
+             stall: tuple[str, int] | None = None, fail: bool = False, hold: bool = True,
              outcome: list[Exception] | None = None, **options: object,
              ) -> tuple[list[dict], Trainer, Workers, dict[int, tuple[dict, list, dict]]]:
     """Run the real loop over the stand-ins; returns each step's metrics, the trainer, the
@@ -155,7 +165,7 @@ def run_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, rollout_delay: 
     receives how a signalled run ended."""
     engine = Engine(frozen)
     stop = StopSignals()
-    stalled = Stall(*stall, stop, fail) if stall else None
+    stalled = Stall(*stall, stop, fail, hold) if stall else None
     workers = Workers(engine, rollout_delay, tasks, stalled)
     trainer = Trainer(train_delay, stalled)
     monkeypatch.setattr(driver, "RolloutPool", workers)
@@ -372,3 +382,14 @@ def test_a_trainer_that_dies_after_a_signal_is_a_stop_that_says_it_could_not_sav
     assert str(failed) == ("stopped by SIGTERM after step 2, then the run failed: "
                            "RuntimeError: the rank's process died; checkpoint "
                            f"{tmp_path}/run/checkpoints/step-000002 holds step 2")
+
+
+def test_a_stop_whose_save_meets_a_full_disk_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("ROLLYARD_FAULT", "raise:save:trainer@2")
+    outcome: list[Exception] = []
+    run_loop(tmp_path, monkeypatch, steps=5, stall=("train", 2), hold=False, outcome=outcome)
+    [failed] = outcome
+    assert isinstance(failed, StopNotSaved)
+    assert str(failed).startswith("stopped by SIGTERM, but step 2 could not be saved: ")
+    assert "No space left on device" in str(failed)
+    assert str(failed).endswith("; the run has no checkpoint")

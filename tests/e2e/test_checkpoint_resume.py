@@ -206,6 +206,7 @@ def test_report_summarises_and_plots_two_runs(root, reference, observed):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # seven runs of the CLI, on a machine that may be shared
 def test_a_run_killed_anywhere_and_resumed_ends_as_an_uninterrupted_one(root, reference):
     run_dir = root / "runs" / "chain"
     first = [*COMMON, "--save-interval", "1", "--runs-dir", "runs", "--name", "chain"]
@@ -288,5 +289,28 @@ def test_a_stop_that_cannot_save_says_so_in_one_line(root):
     assert len(errors) == 1, run.output[-3000:]
     assert errors[0].startswith("error: stopped by SIGTERM, but step 2 could not be saved: ")
     assert "No space left on device" in errors[0] and "the run has no checkpoint" in errors[0]
+    assert not tagged(run.tag), f"left running: {tagged(run.tag)}"
+    assert run.wait() == 1
+
+
+@pytest.mark.slow
+def test_an_update_past_the_stop_timeout_is_abandoned_and_said_when_nothing_is_saved(root):
+    # the training rank is frozen while step 2 updates (an update that takes "minutes"), step 1
+    # is not saved (--save-interval 0): past --stop-timeout the ranks are killed and the stop
+    # says in one line that it could not save
+    run = Run(root, *COMMON, "--steps", "3", "--stop-timeout", "3", "--runs-dir", "runs",
+              "--name", "stuck", fault="pause:train@2")
+    run.wait_for("paused at train (step 2)")
+    ranks = [p for p in psutil.Process(run.process.pid).children(recursive=True)
+             if "MegatronWorker" in " ".join(p.cmdline())]
+    assert ranks
+    for rank in ranks:
+        rank.suspend()
+    os.killpg(run.process.pid, signal.SIGTERM)
+    assert run.process.wait(120) == 1, run.output[-3000:]
+    errors = [line for line in run.out.read_text().splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(
+        "error: stopped by SIGTERM, but step 1 could not be saved: the update of step 2 was "
+        "still running at --stop-timeout 3; the run has no checkpoint (traceback in ")
     assert not tagged(run.tag), f"left running: {tagged(run.tag)}"
     assert run.wait() == 1

@@ -35,7 +35,7 @@ from rollyard.run.preflight import (
     counts_of,
     run_splits,
 )
-from rollyard.run.ray_cluster import start_ray, stop_ray
+from rollyard.run.ray_cluster import local_cluster_dir, start_ray, stop_ray
 from rollyard.run.resume import check_checkpoint_model, find_checkpoint
 from rollyard.run.rollout_workers import RolloutPool, RolloutSpec
 from rollyard.run.run_state import RolloutSnapshot, RunCheckpoints, take_snapshot
@@ -272,6 +272,9 @@ def run_training(config: RunConfig, manager: PluginManager,
     try:
         warden = Warden()
         started_ray = start_ray(config.ray_address, config.num_cpus)
+        cluster_dir = local_cluster_dir() if started_ray else None
+        if cluster_dir is not None:  # its sockets and logs, if this process dies
+            warden.remove_after(cluster_dir)
     except BaseException:
         stop.__exit__(None, None, None)
         if warden is not None:

@@ -97,6 +97,11 @@ def start_ray(address: str | None, num_cpus: int | None) -> bool:
     return True
 
 
+def local_cluster_dir() -> Path | None:
+    """The folder of the local cluster :func:`start_ray` started (None: it started none)."""
+    return _cluster.temp_dir if _cluster is not None else None
+
+
 def stop_ray() -> None:
     """Leave the cluster (``ray.shutdown``) and stop the local one :func:`start_ray` started."""
     global _cluster

@@ -6,53 +6,89 @@ a signal meant for the run's process group reaches only the driver, which stops 
 SIGKILL (the OOM killer, ``kill -9``, a scheduler's hard kill). The warden does: the driver
 starts it first, in a session of its own, holding the only write end of a pipe that is the
 warden's stdin. The kernel closes that end when the driver dies, however it dies; the warden
-reads end-of-file and SIGKILLs every process that carries the run's mark — the environment
-variable :data:`MARK_ENV`, which the driver sets before it starts anything, so that every
-process it starts inherits it — and the children of those (a sandbox that clears its
-environment). At a normal end the driver has stopped everything itself; it closes the pipe and
-the warden's sweep finds only what was left over.
+reads end-of-file and SIGKILLs the run's processes and their children (a sandbox):
 
-Run as ``python -m rollyard.run.warden MARK DRIVER_PID``.
+* every process in a session that one of the driver's descendants led or sat in (the warden
+  looks every :data:`POLL_S` seconds; Ray's workers sit in its head's session), but the
+  driver's own session, which is the user's, and those of processes it had started before
+  the run (a test's fixtures, when the run is in-process);
+* every process that carries the run's mark, the environment variable :data:`MARK_ENV` that the
+  driver sets before it starts anything (one started since the last look). A process that
+  rewrites its command line over its environment (Ray's ``ray::…`` titles) loses the mark,
+  which is why sessions come first.
+
+Folders the driver names on the pipe (:meth:`Warden.remove_after`: the local Ray cluster's)
+are removed after the sweep. At a normal end the driver has stopped everything itself; it
+closes the pipe and the warden's sweep finds only what was left over.
+
+Run as ``python -m rollyard.run.warden MARK DRIVER_PID [SPARED_SESSION,…]``.
 """
 
 from __future__ import annotations
 
 import os
+import select
+import shutil
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterable
 
 #: The environment variable that marks the processes of one run (its value: the run's mark).
 MARK_ENV = "ROLLYARD_RUN_MARK"
 #: How long a sweep goes on killing what keeps appearing (a process forked meanwhile).
 SWEEP_SECONDS = 5.0
+#: How often the warden looks which sessions the driver's descendants are in.
+POLL_S = 1.0
 
 
-def marked(mark: str, spare: frozenset[int] = frozenset()) -> list:
-    """The live processes (psutil) that carry ``mark``, and their descendants, but ``spare``."""
+def sessions_below(pid: int) -> set[int]:
+    """The sessions of ``pid``'s descendants (none when it is gone)."""
     import psutil
 
+    found = set()
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return found
+    for child in children:
+        try:
+            found.add(os.getsid(child.pid))
+        except OSError:
+            continue
+    return found
+
+
+def run_processes(mark: str, sessions: Iterable[int] = (),
+                  spare: frozenset[int] = frozenset()) -> list:
+    """The live processes (psutil) in ``sessions`` or carrying ``mark``, and their
+    descendants, but ``spare`` and this process."""
+    import psutil
+
+    sessions = set(sessions)
     found: dict[int, psutil.Process] = {}
     for proc in psutil.process_iter():
         try:
-            if proc.environ().get(MARK_ENV) == mark:
+            if os.getsid(proc.pid) in sessions or proc.environ().get(MARK_ENV) == mark:
                 found[proc.pid] = proc
                 found.update((child.pid, child) for child in proc.children(recursive=True))
-        except psutil.Error:
+        except (OSError, psutil.Error):
             continue
     return [proc for pid, proc in found.items() if pid not in spare and pid != os.getpid()]
 
 
-def sweep(mark: str, spare: frozenset[int] = frozenset()) -> int:
-    """SIGKILL every process :func:`marked` finds, again until none is left (or
+def sweep(mark: str, sessions: Iterable[int] = (), spare: frozenset[int] = frozenset()) -> int:
+    """SIGKILL every process :func:`run_processes` finds, again until none is left (or
     :data:`SWEEP_SECONDS` passed); returns how many were killed."""
     import psutil
 
     killed: set[int] = set()
+    sessions = set(sessions)
     deadline = time.monotonic() + SWEEP_SECONDS
     while time.monotonic() < deadline:
-        procs = [p for p in marked(mark, spare) if p.status() != psutil.STATUS_ZOMBIE]
+        procs = [p for p in run_processes(mark, sessions, spare)
+                 if p.status() != psutil.STATUS_ZOMBIE]
         if not procs:
             break
         for proc in procs:
@@ -75,10 +111,17 @@ class Warden:
         self._previous = os.environ.get(MARK_ENV)
         # not marked itself: the sweep must not kill the warden
         env = {k: v for k, v in os.environ.items() if k != MARK_ENV}
+        before = ",".join(str(sid) for sid in sorted(sessions_below(os.getpid())))
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "rollyard.run.warden", self.mark, str(os.getpid())],
+            [sys.executable, "-m", "rollyard.run.warden", self.mark, str(os.getpid()), before],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True, env=env)
         os.environ[MARK_ENV] = self.mark
+
+    def remove_after(self, folder: str | os.PathLike) -> None:
+        """Have ``folder`` removed after the sweep, when the driver has died (or ended)."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(f"{os.fspath(folder)}\n".encode())
+        self.process.stdin.flush()
 
     def close(self, timeout: float = SWEEP_SECONDS + 5) -> None:
         """Let the warden sweep what the run left and end; restore the environment."""
@@ -97,9 +140,23 @@ class Warden:
 
 def main(argv: list[str]) -> int:
     mark, driver = argv[0], int(argv[1])
-    while sys.stdin.buffer.read(4096):  # end-of-file: the driver closed it, or died
-        pass
-    sweep(mark, spare=frozenset({driver}))
+    # never the driver's own session (the user's terminal), this one, nor one from before
+    theirs = {os.getsid(driver), os.getsid(0)}
+    theirs |= {int(sid) for sid in argv[2].split(",") if sid} if len(argv) > 2 else set()
+    sessions: set[int] = set()
+    stdin, said = sys.stdin.buffer.raw, b""
+    while True:
+        sessions |= sessions_below(driver) - theirs
+        ready, _, _ = select.select([stdin], [], [], POLL_S)
+        if not ready:
+            continue
+        chunk = stdin.read(4096)
+        if not chunk:  # end-of-file: the driver closed it, or died
+            break
+        said += chunk
+    sweep(mark, sessions, spare=frozenset({driver}))
+    for folder in said.decode().splitlines():
+        shutil.rmtree(folder, ignore_errors=True)
     return 0
 
 

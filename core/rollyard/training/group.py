@@ -330,15 +330,18 @@ class TrainGroup:
     def __exit__(self, *_exc: object) -> None:
         self.shutdown()
 
-    def shutdown(self) -> None:
-        """Stop the ranks and release the placement group; safe to call twice."""
+    def shutdown(self, graceful: bool = True) -> None:
+        """Stop the ranks and release the placement group; safe to call twice. ``graceful``:
+        each rank leaves its process group first; otherwise (an update abandoned at
+        ``--stop-timeout``, which a rank would finish first) the ranks are killed at once."""
         import ray
         from ray.util.placement_group import remove_placement_group
 
         actors, self._actors = self._actors, []
         if actors:
             try:
-                ray.get([actor.shutdown.remote() for actor in actors], timeout=30)
+                if graceful:
+                    ray.get([actor.shutdown.remote() for actor in actors], timeout=30)
             except Exception:  # a dead rank must not stop the release of the others
                 pass
             for actor in actors:
