@@ -411,6 +411,11 @@ class RunSession:
             pipeline = RolloutPipeline(
                 lambda step: self.rollout(step, pool, transport, tasks), saves.first_step,
                 config.steps, self.ahead, lambda: take_snapshot(pool, tasks, self.best))
+            if plan is not None and saves.first_step == 1:
+                # the untrained model's score: the row of step 0 that later evals compare with
+                before = await self.evaluate(plan, pool, 0)
+                before.update({"time/elapsed_s": saves.elapsed(), "time/unix": time.time()})
+                self.hooks.on_step_end(0, before)
             self.clock = PhaseClock()
             pipeline.start()
             with progress:
@@ -421,8 +426,10 @@ class RunSession:
                     if saves.stop.requested:
                         break
                     metrics = await self.step(step, await pipeline.take(step), transport)
+                    out_of_time = bool(config.max_seconds) and step < config.steps \
+                        and saves.seconds_here() >= config.max_seconds
                     if plan is not None and (step % config.eval_interval == 0
-                                             or step == config.steps):
+                                             or step == config.steps or out_of_time):
                         metrics.update(await self.evaluate(plan, pool, step))
                     metrics.update(self.clock.report())
                     metrics["time/elapsed_s"] = saves.elapsed()
@@ -436,8 +443,7 @@ class RunSession:
                         await saves.save(step, self, pool, tasks,
                                          await pipeline.snapshot_before(step + 1))
                     pipeline.trained(step)
-                    if config.max_seconds and step < config.steps \
-                            and saves.seconds_here() >= config.max_seconds:
+                    if out_of_time:
                         break
             before = await pipeline.snapshot_before(done + 1)
             await pipeline.close()  # a rollout that ran ahead is dropped
