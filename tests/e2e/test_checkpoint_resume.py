@@ -96,9 +96,10 @@ def kill_tagged(tag: str) -> None:
 
 
 def rows(run_dir: Path) -> list[dict]:
-    """metrics.jsonl without the timing and evaluation keys."""
-    return [{k: v for k, v in json.loads(line).items() if not k.startswith((*TIMING, "eval/"))}
-            for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    """The training steps' rows of metrics.jsonl (not the eval of step 0) without the timing
+    and evaluation keys."""
+    return [{k: v for k, v in row.items() if not k.startswith((*TIMING, "eval/"))}
+            for row in raw_rows(run_dir) if row["step"] > 0]
 
 
 def raw_rows(run_dir: Path) -> list[dict]:
@@ -146,7 +147,7 @@ def test_two_runs_with_the_same_seed_write_the_same_metrics_and_weights(referenc
 @pytest.mark.slow
 def test_evaluation_runs_every_interval_and_after_the_last_step(observed):
     evaluated = {row["step"]: row for row in raw_rows(observed) if "eval/reward" in row}
-    assert sorted(evaluated) == [2, 4, STEPS]
+    assert sorted(evaluated) == [0, 2, 4, STEPS]  # step 0: the untrained model
     for row in evaluated.values():
         assert row["eval/tasks"] == 1  # --eval-tasks 4, but the eval split has one word
         assert 0 <= row["eval/pass@1"] <= row["eval/pass@3"] <= 1
@@ -175,9 +176,9 @@ def test_tensorboard_has_every_metric_and_a_sample_table(observed):
     events = EventAccumulator(str(observed / "tensorboard"), size_guidance={"scalars": 0,
                                                                               "tensors": 0})
     events.Reload()
-    metrics = raw_rows(observed)
-    keys = {key for row in metrics for key in row if key != "step"}
+    keys = {key for row in raw_rows(observed) for key in row if key != "step"}
     assert set(events.Tags()["scalars"]) == keys
+    metrics = [row for row in raw_rows(observed) if row["step"] > 0]
     rewards = events.Scalars("reward/mean")
     assert [e.step for e in rewards] == [r["step"] for r in metrics]
     assert [e.value for e in rewards] == pytest.approx([r["reward/mean"] for r in metrics])

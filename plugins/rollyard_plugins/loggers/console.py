@@ -18,6 +18,9 @@ def step_line(step: int, metrics: dict[str, float]) -> str:
     """The console line of a step. A step that trained on nothing says ``skipped`` and why;
     a value a step lacks is left out, never shown as ``nan``."""
     trained = metrics.get("train/num_samples_trained", 0) > 0
+    if step == 0 and "eval/pass@1" in metrics:  # the eval of the untrained model
+        return (f"step   0  before training  eval {metrics['eval/reward']:.3f} "
+                f"pass@1 {metrics['eval/pass@1']:.2f}")
     if not trained:
         outcome = "skipped: all groups had equal rewards"
     elif "train/loss" in metrics:
