@@ -152,6 +152,11 @@ class RunConfig:
 
     train_tp: int = option(1, group=TRAINING, check=positive, help="tensor-parallel size")
     train_dp: int = option(1, group=TRAINING, check=positive, help="data-parallel size")
+    train_dtype: Literal["fp32", "bf16"] = option(
+        "fp32", group=TRAINING,
+        help="precision of the trainer's parameters and activations; bf16 keeps fp32 master "
+             "weights in megatron-core's mixed-precision optimizer and reduces gradients in "
+             "fp32 (docs/training.md: precision)")
     num_cpus: int | None = option(None, group=TRAINING, check=positive,
                                   help="CPUs for the local Ray cluster (default: all)")
     ray_address: str | None = option(None, group=TRAINING,

@@ -233,7 +233,7 @@ def run_training(config: RunConfig, manager: PluginManager,
         minibatches=config.minibatches,
         temperature=config.temperature,
         filter_zero_variance=not config.keep_zero_variance_groups, seed=config.seed,
-        global_batch_size=config.groups_per_step * config.group_size)
+        global_batch_size=config.groups_per_step * config.group_size, dtype=config.train_dtype)
     # a layout that cannot train (tp not dividing the heads, dp not dividing the batch) fails
     # here, before the preflight and Ray; the Ray cluster's CPUs are checked once it runs
     check_layout(str(model_dir), train_config, config.train_tp, config.train_dp)

@@ -99,9 +99,17 @@ def check_tensor_parallel(shape: ModelShape, tp: int, where: str) -> None:
                               f"{where}; choose a --train-tp that divides it")
 
 
-def transformer_config(config: dict[str, Any], tp: int) -> Any:
-    """The megatron-core ``TransformerConfig`` for an HF config (fp32, no dropout, no fusions)."""
+def torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype of a ``TrainConfig.dtype`` (``fp32`` or ``bf16``)."""
     import torch
+
+    return {"fp32": torch.float32, "bf16": torch.bfloat16}[name]
+
+
+def transformer_config(config: dict[str, Any], tp: int, dtype: str = "fp32") -> Any:
+    """The megatron-core ``TransformerConfig`` for an HF config (no dropout, no fusions);
+    ``dtype`` bf16 makes the parameters and activations bf16 (softmax and rotary angles stay
+    fp32, as megatron-core computes them)."""
     import torch.nn.functional as F
     from megatron.core.transformer.transformer_config import TransformerConfig
 
@@ -116,18 +124,20 @@ def transformer_config(config: dict[str, Any], tp: int) -> Any:
         add_qkv_bias=shape.qkv_bias,
         softmax_scale=None if rope is None else rope[1] ** 2 / shape.head_dim ** 0.5,
         qk_layernorm=shape.qk_norm, tensor_model_parallel_size=tp,
-        params_dtype=torch.float32, use_cpu_initialization=True,
+        params_dtype=torch_dtype(dtype), bf16=dtype == "bf16",
+        attention_softmax_in_fp32=True, use_cpu_initialization=True,
         hidden_dropout=0.0, attention_dropout=0.0,
         bias_activation_fusion=False, masked_softmax_fusion=False, apply_rope_fusion=False,
         bias_dropout_fusion=False, gradient_accumulation_fusion=False, persist_layer_norm=False,
     )
 
 
-def build_gpt_model(config: dict[str, Any], tp: int) -> Any:
+def build_gpt_model(config: dict[str, Any], tp: int, dtype: str = "fp32") -> Any:
     """A ``GPTModel`` with the local layer spec; returns full-vocabulary logits [b, s, V].
 
     ``parallel_output=False`` gathers the vocabulary shards so the loss can use plain
-    ``log_softmax`` (which also gives the entropy) on every tensor-parallel rank.
+    ``log_softmax`` (which also gives the entropy) on every tensor-parallel rank. ``dtype``
+    bf16 gives bf16 parameters throughout (logits in bf16; the loss takes them in fp32).
     Needs megatron parallel state to be initialised.
     """
     from megatron.core.models.gpt import GPTModel
@@ -136,7 +146,7 @@ def build_gpt_model(config: dict[str, Any], tp: int) -> Any:
     shape = ModelShape.from_hf_config(config)
     spec = get_gpt_layer_local_spec(qk_layernorm=shape.qk_norm, normalization="RMSNorm")
     model = GPTModel(
-        transformer_config(config, tp), spec, vocab_size=shape.vocab_size,
+        transformer_config(config, tp, dtype), spec, vocab_size=shape.vocab_size,
         max_sequence_length=int(config.get("max_position_embeddings", 4096)),
         position_embedding_type="rope",
         rotary_base=float(rope_parameters(config)["rope_theta"]), rotary_percent=1.0,
@@ -145,6 +155,10 @@ def build_gpt_model(config: dict[str, Any], tp: int) -> Any:
     rope = rope_inv_freq(config)
     if rope is not None:  # transformers' frequencies for a scaled type (module docstring)
         model.rotary_pos_emb.inv_freq = rope[0].to(model.rotary_pos_emb.inv_freq.device)
+    if dtype == "bf16":
+        # the norms are built in fp32 whatever params_dtype says; megatron's Float16Module
+        # casts the whole model, as here (the rotary inverse frequencies, not a buffer, stay)
+        model.bfloat16()
     return model
 
 

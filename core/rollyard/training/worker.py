@@ -29,7 +29,7 @@ from rollyard.training.batching import TrainItem, chunks, collate, micro_batches
 from rollyard.training.checkpoint import load_hf_weights, read_hf_config, write_hf_folder
 from rollyard.training.config import TrainConfig
 from rollyard.training.convert import ModelShape, hf_to_megatron
-from rollyard.training.model import build_gpt_model, scoring
+from rollyard.training.model import build_gpt_model, scoring, torch_dtype
 
 # A rank that waits this long in a collective gives up: its peer is dead or stuck.
 COLLECTIVE_TIMEOUT_S = 600
@@ -100,7 +100,10 @@ class MegatronWorker:
         self.dp_rank = parallel_state.get_data_parallel_rank()
 
         hf = load_hf_weights(self.model_dir)
-        self.export_dtype = next(iter(hf.values())).dtype
+        # the export (and weight sync) dtype: the checkpoint's own in fp32 training, bf16 (the
+        # parameters' precision) in bf16 training
+        self.export_dtype = (torch_dtype("bf16") if self.config.dtype == "bf16"
+                             else next(iter(hf.values())).dtype)
         params = hf_to_megatron({k: v.float() for k, v in hf.items()}, self.shape,
                                 self.tp_rank, self.tp)
         self.model = self._build(params)
@@ -111,11 +114,15 @@ class MegatronWorker:
         self._build_optimizer()
 
     def _build(self, params: dict[str, torch.Tensor]) -> torch.nn.Module:
-        model = build_gpt_model(self.hf_config, self.tp)
+        model = build_gpt_model(self.hf_config, self.tp, self.config.dtype)
         _load_params(model, params, f"model {self.model_dir} (tp rank {self.tp_rank})")
         return model.to(self.device)
 
     def _build_optimizer(self) -> None:
+        """Megatron DDP (gradients reduced in fp32) and megatron-core's optimizer: plain Adam
+        on the fp32 parameters, or, in bf16, its mixed-precision optimizer
+        (``Float16OptimizerWithFloat16Params``), which keeps fp32 master copies of the bf16
+        parameters, steps them on the fp32 gradients and copies them back."""
         from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
         from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
         from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
@@ -130,7 +137,8 @@ class MegatronWorker:
             OptimizerConfig(optimizer="adam", lr=cfg.lr, min_lr=cfg.min_lr,
                             weight_decay=cfg.weight_decay, adam_beta1=cfg.adam_beta1,
                             adam_beta2=cfg.adam_beta2, adam_eps=cfg.adam_eps,
-                            clip_grad=cfg.grad_clip, params_dtype=torch.float32),
+                            clip_grad=cfg.grad_clip, bf16=cfg.dtype == "bf16",
+                            params_dtype=torch_dtype(cfg.dtype)),
             [self.ddp])
         decay_steps = cfg.lr_decay_steps or cfg.warmup_steps + 1
         self.scheduler = OptimizerParamScheduler(
