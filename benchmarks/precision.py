@@ -12,7 +12,12 @@ first one. The runs go one after the other; on a shared machine the times drift 
 load, the reward and the mismatch do not.
 
     .venv/bin/python benchmarks/precision.py [--steps 150] [--seeds 0] \\
-        [--config fp32/fp32 --config bf16/bf16 --config bf16/fp32]
+        [--config fp32/fp32 --config bf16/bf16 --config bf16/fp32] [--rollyard-arg=--FLAG ...]
+
+In the default run ``train/logprob_mismatch`` also holds the policy's change between the
+step's mini-batch updates and the stale logprobs of replayed samples; with
+``--rollyard-arg=--minibatches=1 --rollyard-arg=--no-replay-best`` it is the precision's
+alone.
 """
 
 from __future__ import annotations
@@ -68,12 +73,13 @@ class PeakMemory:
         return {role: rss / 2**20 for role, rss in self.peak.items()}
 
 
-def run(config: str, steps: int, seed: int, runs_dir: Path) -> dict[str, float]:
+def run(config: str, steps: int, seed: int, runs_dir: Path,
+        extra: list[str]) -> dict[str, float]:
     train_dtype, engine_dtype = config.split("/")
     name = f"{train_dtype}-{engine_dtype}-s{seed}"
     argv = [*ROLLYARD, "train", "--steps", str(steps), "--seed", str(seed), "--no-progress",
             "--runs-dir", str(runs_dir), "--name", name, "--train-dtype", train_dtype,
-            "--embedded-dtype", engine_dtype]
+            "--embedded-dtype", engine_dtype, *extra]
     started = time.perf_counter()
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     memory = PeakMemory(process.pid)
@@ -99,12 +105,16 @@ def main() -> None:
                              f"{', '.join(DEFAULT_CONFIGS)})")
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--seeds", default="0", help="comma-separated run seeds")
+    parser.add_argument("--rollyard-arg", action="append", default=[], metavar="FLAG",
+                        help="a flag every run gets (repeatable)")
     args = parser.parse_args()
     configs = args.config or list(DEFAULT_CONFIGS)
     seeds = [int(s) for s in args.seeds.split(",")]
     runs_dir = Path(tempfile.mkdtemp(prefix="rollyard-precision-"))
-    results = {(c, s): run(c, args.steps, s, runs_dir) for s in seeds for c in configs}
-    print(f"steps {args.steps}; trainer/engine dtype; times are medians over steps 2..N")
+    results = {(c, s): run(c, args.steps, s, runs_dir, args.rollyard_arg)
+               for s in seeds for c in configs}
+    print(f"steps {args.steps} {' '.join(args.rollyard_arg)}; times are medians over steps "
+          "2..N")
     print("| trainer / engine | seed | best 3-step mean | step s | train s | trainer peak MiB "
           "| engine peak MiB | logprob mismatch, mean / max | wall s |")
     print("|---|---|---|---|---|---|---|---|---|")
