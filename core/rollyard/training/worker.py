@@ -52,12 +52,14 @@ def _load_params(model: torch.nn.Module, params: dict[str, torch.Tensor], where:
 
 
 class MegatronWorker:
-    """Rank ``rank`` of a ``tp * dp`` train group (tensor-parallel rank varies fastest)."""
+    """Rank ``rank`` of a ``tp * dp`` train group (tensor-parallel rank varies fastest); a
+    mixture of experts' experts are spread over ``ep`` of the data-parallel ranks."""
 
-    def __init__(self, model_dir: str, config: TrainConfig, tp: int, dp: int, rank: int) -> None:
+    def __init__(self, model_dir: str, config: TrainConfig, tp: int, dp: int, rank: int,
+                 ep: int = 1) -> None:
         self.model_dir = model_dir
         self.config = config
-        self.tp, self.dp, self.rank = tp, dp, rank
+        self.tp, self.dp, self.rank, self.ep = tp, dp, rank, ep
         self.hf_config = read_hf_config(model_dir)
         self.shape = ModelShape.from_hf_config(self.hf_config)
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -83,6 +85,7 @@ class MegatronWorker:
         from megatron.core import parallel_state
         from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
 
+        cpu_compat.define_missing_te_gemm()
         if self.device.type == "cpu":
             cpu_compat.apply()
             torch.set_num_threads(1)
@@ -93,11 +96,13 @@ class MegatronWorker:
             init_method=f"tcp://{master_addr}:{master_port}",
             rank=self.rank, world_size=self.tp * self.dp,
             timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S))
-        parallel_state.initialize_model_parallel(tensor_model_parallel_size=self.tp)
+        parallel_state.initialize_model_parallel(tensor_model_parallel_size=self.tp,
+                                                 expert_model_parallel_size=self.ep)
         torch.manual_seed(self.config.seed)
         model_parallel_cuda_manual_seed(self.config.seed)
         self.tp_rank = parallel_state.get_tensor_model_parallel_rank()
         self.dp_rank = parallel_state.get_data_parallel_rank()
+        self.ep_rank = parallel_state.get_expert_model_parallel_rank()
 
         hf = load_hf_weights(self.model_dir)
         # the export (and weight sync) dtype: the checkpoint's own in fp32 training, bf16 (the
@@ -105,7 +110,7 @@ class MegatronWorker:
         self.export_dtype = (torch_dtype("bf16") if self.config.dtype == "bf16"
                              else next(iter(hf.values())).dtype)
         params = hf_to_megatron({k: v.float() for k, v in hf.items()}, self.shape,
-                                self.tp_rank, self.tp)
+                                self.tp_rank, self.tp, self.ep_rank, self.ep)
         self.model = self._build(params)
         self.reference = None
         if self.config.kl_coef > 0 or self.algorithm.needs_reference:
@@ -114,7 +119,8 @@ class MegatronWorker:
         self._build_optimizer()
 
     def _build(self, params: dict[str, torch.Tensor]) -> torch.nn.Module:
-        model = build_gpt_model(self.hf_config, self.tp, self.config.dtype)
+        model = build_gpt_model(self.hf_config, self.tp, self.config.dtype, self.ep,
+                                self.config.moe_aux_loss_coeff)
         _load_params(model, params, f"model {self.model_dir} (tp rank {self.tp_rank})")
         return model.to(self.device)
 
