@@ -1,7 +1,9 @@
-"""Every dense architecture the trainer takes, checked against transformers itself.
+"""Every architecture the trainer takes, dense and mixture of experts, checked against
+transformers itself.
 
-(a) Megatron's logits equal transformers' at tensor parallelism 1 and 2; (b) HF -> Megatron
--> HF is bit-exact, in memory and through the trainer's export; (c) the embedded engine's
+(a) Megatron's logits equal transformers' at tensor parallelism 1 and 2, and for a mixture of
+experts at expert parallelism 2; (b) HF -> Megatron -> HF is bit-exact, in memory and through
+the trainer's export; (c) the embedded engine's
 logprobs of the continuations it samples equal transformers' teacher forcing; (d) two
 training steps on engine samples, the engine reloading the trained weights between them,
 recompute the engine's logprobs, and the exported folder loads and generates in transformers.
@@ -14,15 +16,23 @@ import pathlib
 
 import pytest
 import torch
-from architectures import ARCHITECTURES
+from architectures import ARCHITECTURES, model_type
 from engine_sampler import EngineSampler, prompts
 from rollyard import Sample
 from rollyard.training import TrainConfig, TrainGroup
 from rollyard.training.checkpoint import load_hf_weights, read_hf_config
-from rollyard.training.convert import ModelShape, hf_to_megatron, megatron_to_hf
+from rollyard.training.convert import (
+    MOE_MODEL_TYPES,
+    ModelShape,
+    global_expert_name,
+    hf_to_megatron,
+    megatron_to_hf,
+)
 
 TOLERANCE = 1e-4
 ARCHS = list(ARCHITECTURES)
+MOE_ARCHS = [arch for arch in ARCHS if model_type(arch) in MOE_MODEL_TYPES]
+DENSE_ARCHS = [arch for arch in ARCHS if arch not in MOE_ARCHS]
 
 
 def transformers_model(model_dir: pathlib.Path):
@@ -54,6 +64,30 @@ def test_megatron_logits_equal_transformers(arch: str, tp: int, model_dirs, prob
     assert (ours - expected).abs().max().item() <= TOLERANCE
 
 
+@pytest.mark.parametrize("ep", [2])
+@pytest.mark.parametrize("arch", MOE_ARCHS)
+def test_expert_parallel_logits_equal_transformers(arch: str, ep: int, model_dirs,
+                                                   probe_tokens, megatron_outputs) -> None:
+    """Two data-parallel ranks with half the experts each, fed the same rows: each token's
+    expert outputs come from both ranks (the all-to-all dispatcher)."""
+    with torch.no_grad():
+        expected = transformers_model(model_dirs[arch])(probe_tokens).logits
+    ours = torch.load(megatron_outputs / f"{arch}-ep{ep}.pt")
+    assert ours.shape == expected.shape
+    assert (ours - expected).abs().max().item() <= TOLERANCE
+
+
+@pytest.mark.parametrize("arch", MOE_ARCHS)
+def test_expert_parallel_round_trip_is_bit_exact(arch: str, model_dirs) -> None:
+    hf = load_hf_weights(model_dirs[arch])
+    shape = ModelShape.from_hf_config(read_hf_config(model_dirs[arch]))
+    merged = {global_expert_name(name, rank, 2, shape): tensor for rank in range(2)
+              for name, tensor in hf_to_megatron(hf, shape, 0, 1, rank, 2).items()}
+    assert sum(".local_experts." in name for name in merged) == 2 * shape.num_experts * 2
+    back = megatron_to_hf([merged], shape)
+    assert sorted(back) == sorted(hf) and all(torch.equal(back[k], hf[k]) for k in hf)
+
+
 @pytest.mark.parametrize("tp", [1, 2])
 @pytest.mark.parametrize("arch", ARCHS)
 def test_conversion_round_trip_is_bit_exact(arch: str, tp: int, model_dirs) -> None:
@@ -66,10 +100,13 @@ def test_conversion_round_trip_is_bit_exact(arch: str, tp: int, model_dirs) -> N
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_export_from_two_ranks_is_bit_exact(arch: str, model_dirs, megatron_outputs) -> None:
+    """From two tensor-parallel ranks, and a mixture of experts also from two
+    expert-parallel ranks."""
     original = load_hf_weights(model_dirs[arch])
-    exported = load_hf_weights(megatron_outputs / f"{arch}-export")
-    assert sorted(exported) == sorted(original)  # a tied model exports no lm_head.weight
-    assert all(torch.equal(exported[k], original[k]) for k in original)
+    for export in [f"{arch}-export"] + ([f"{arch}-export-ep2"] if arch in MOE_ARCHS else []):
+        exported = load_hf_weights(megatron_outputs / export)
+        assert sorted(exported) == sorted(original)  # a tied model exports no lm_head.weight
+        assert all(torch.equal(exported[k], original[k]) for k in original), export
     assert ("lm_head.weight" not in exported) == ARCHITECTURES[arch][1].get(
         "tie_word_embeddings", False)
 
@@ -87,9 +124,9 @@ def test_engine_logprobs_equal_teacher_forcing(arch: str, model_dirs) -> None:
         assert sample.logprobs == pytest.approx(reference, abs=TOLERANCE)
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", DENSE_ARCHS)
 def test_engine_fused_layers_equal_transformers_layers(arch: str, model_dirs) -> None:
-    """The engine's fast path takes every architecture here, and computes what
+    """The engine's fast path takes every dense architecture here, and computes what
     transformers' layers compute (prefill exactly, decode to rounding)."""
     from rollyard_plugins.embedded_engine.model_runner import ModelRunner
 
@@ -101,6 +138,26 @@ def test_engine_fused_layers_equal_transformers_layers(arch: str, model_dirs) ->
                           plain.forward(prompt_ids, [0, 0, 0], slots), rtol=0, atol=1e-5)
     step = ([[11], [12], [13]], [len(p) for p in prompt_ids], slots)
     assert torch.allclose(fused.forward(*step), plain.forward(*step), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("arch", MOE_ARCHS)
+def test_engine_runs_a_mixture_of_experts_on_transformers_layers(arch: str, model_dirs) -> None:
+    """The fast path leaves mixtures of experts to transformers' own layers, and the engine
+    serves their experts under the checkpoint's per-expert names (views of the stacked
+    parameters transformers runs)."""
+    from rollyard_plugins.embedded_engine.model_runner import ModelRunner
+
+    runner = ModelRunner(model_dirs[arch], 2)
+    assert runner.fused is None
+    checkpoint = load_hf_weights(model_dirs[arch])
+    assert sorted(runner.load_tensors(checkpoint.items(), "checkpoint", complete=True)) == \
+        sorted(checkpoint)
+    expert = next(name for name in checkpoint if ".experts.1." in name)
+    runner.load_tensors([(expert, torch.zeros_like(checkpoint[expert]))], "one expert")
+    stacked = dict(runner.model.named_parameters())[
+        expert.split(".experts.")[0].replace("block_sparse_moe", "mlp") + ".experts." +
+        ("down_proj" if expert.endswith(("down_proj.weight", "w2.weight")) else "gate_up_proj")]
+    assert stacked[1].abs().sum() < stacked[0].abs().sum()  # written through the view
 
 
 @pytest.mark.slow

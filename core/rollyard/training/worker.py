@@ -205,15 +205,24 @@ class MegatronWorker:
     def _forward_backward(self, items: list[TrainItem],
                           step: StepInfo) -> tuple[dict[str, float], str | None]:
         """Accumulate the gradients of every micro-batch of ``items``; the loss terms' sums,
-        and what was wrong with the algorithm's loss if a micro-batch's was unusable."""
+        and what was wrong with the algorithm's loss if a micro-batch's was unusable.
+
+        With expert parallelism every forward and backward pass exchanges tokens with the
+        other ranks of the expert-parallel group, so each rank makes as many passes as the
+        busiest: the extra ones (and those after an unusable loss) repeat a micro-batch with
+        a zero loss, which moves no weight."""
         cfg = self.config
         sums: dict[str, float] = defaultdict(float)
         problem = None
-        for batch in micro_batches(items, cfg.micro_batch_size, cfg.micro_batch_tokens,
-                                   cfg.share_prompts):
-            batch = batch.to(self.device)
+        batches = list(micro_batches(items, cfg.micro_batch_size, cfg.micro_batch_tokens,
+                                     cfg.share_prompts))
+        for index in range(self._expert_parallel_passes(len(batches))):
+            batch = batches[min(index, len(batches) - 1)].to(self.device)
             with scoring(self.model, batch):
                 logits = self.ddp(batch.input_ids, batch.position_ids, batch.attention_mask)
+            if index >= len(batches) or problem is not None:
+                (logits.float().sum() * 0.0).backward()
+                continue
             logprobs, entropy = token_logprobs(logits, batch.targets, cfg.temperature)
             ref_logprobs = None
             if self.reference is not None:
@@ -230,7 +239,10 @@ class MegatronWorker:
                     trainer_old=batch.trainer_logprobs)
             except LossProblem as exc:
                 problem = str(exc)
-                break
+                if self.ep == 1:
+                    break
+                (logits.float().sum() * 0.0).backward()
+                continue
             (terms.loss * self.dp).backward()
             sums["loss"] += float(terms.loss.detach())
             for key in ("policy_loss", "kl", "entropy", "clip_fraction", "logprob_mismatch",
@@ -238,6 +250,19 @@ class MegatronWorker:
                 sums[key] += getattr(terms, key)
             sums["tis_ratio_max"] = max(sums["tis_ratio_max"], terms.tis_ratio_max)
         return sums, problem
+
+    def _expert_parallel_passes(self, count: int) -> int:
+        """The most micro-batches any rank of this rank's expert-parallel group has (``count``
+        without expert parallelism)."""
+        if self.ep == 1:
+            return count
+        import torch.distributed as dist
+        from megatron.core import parallel_state
+
+        most = torch.tensor([count], device=self.device)
+        dist.all_reduce(most, op=dist.ReduceOp.MAX,
+                        group=parallel_state.get_expert_model_parallel_group())
+        return int(most.item())
 
     def _stop_if_any_rank_failed(self, problem: str | None) -> None:
         """Every rank learns whether any rank's loss was unusable (one scalar all-reduce per

@@ -122,9 +122,11 @@ class ModelRunner:
 
         #: The fused decoder layers, or None: transformers' own layers for other models.
         self.fused = FusedDecoder(self.model) if unsupported(config) is None else None
-        #: The served tensors by Hugging Face name (views of the parameters and buffers, which
-        #: loads write in place, so built once).
-        self._tensors: dict[str, torch.Tensor] = self.model.state_dict()
+        from rollyard_plugins.embedded_engine.checkpoint_names import checkpoint_tensors
+
+        #: The served tensors by their checkpoint names (views of the parameters and buffers,
+        #: which loads write in place, so built once).
+        self._tensors: dict[str, torch.Tensor] = checkpoint_tensors(self.model)
 
     @torch.inference_mode()
     def forward(self, new_tokens: list[list[int]], starts: list[int],
