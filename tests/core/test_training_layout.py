@@ -47,10 +47,10 @@ def test_more_ranks_than_cpus(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("changes", "message"), [
-    ({"model_type": "mixtral"}, "model_type 'mixtral' is not supported"),
+    ({"model_type": "gemma2"}, "model_type 'gemma2' is not supported"),
     ({"attention_bias": True}, "attention_bias=true is not supported"),
     ({"hidden_act": "gelu"}, "hidden_act 'gelu' is not supported"),
-    ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5}}, "rope type 'llama3'"),
+    ({"rope_parameters": {"rope_type": "dynamic", "rope_theta": 5e5}}, "rope type 'dynamic'"),
 ])
 def test_unsupported_models_are_named(tmp_path: Path, changes: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
