@@ -15,9 +15,9 @@ load, the reward and the mismatch do not.
         [--config fp32/fp32 --config bf16/bf16 --config bf16/fp32] [--rollyard-arg=--FLAG ...]
 
 In the default run ``train/logprob_mismatch`` also holds the policy's change between the
-step's mini-batch updates and the stale logprobs of replayed samples; with
-``--rollyard-arg=--minibatches=1 --rollyard-arg=--no-replay-best`` it is the precision's
-alone.
+step's mini-batch updates; with ``--rollyard-arg=--minibatches=1
+--rollyard-arg=--no-replay-best`` (one update per step; no replayed samples, whose logprobs are
+the trainer's own) it is the precision's alone.
 """
 
 from __future__ import annotations
