@@ -120,3 +120,4 @@ def test_the_docs_table_has_a_passing_row_per_architecture() -> None:
     rows = {line.split("|")[1].strip(): line for line in table.strip().splitlines()[2:]}
     assert sorted(rows) == sorted(ARCHITECTURES)
     assert all("✗" not in row for row in rows.values())
+

@@ -88,6 +88,23 @@ def test_expert_parallel_round_trip_is_bit_exact(arch: str, model_dirs) -> None:
     assert sorted(back) == sorted(hf) and all(torch.equal(back[k], hf[k]) for k in hf)
 
 
+@pytest.mark.parametrize("arch, fields, pre_softmax", [
+    ("mixtral", {}, False),  # Mixtral renormalises the top k: their logits' softmax
+    ("qwen3_moe", {"norm_topk_prob": True}, False),
+    ("qwen3_moe", {"norm_topk_prob": False}, True),  # softmax over all experts, top k kept
+])
+def test_moe_routing_follows_norm_topk_prob(model_dirs, arch, fields, pre_softmax) -> None:
+    from rollyard.training.model import moe_settings
+
+    config = {**read_hf_config(model_dirs[arch]), **fields}
+    assert moe_settings(config)["moe_router_pre_softmax"] is pre_softmax
+    assert moe_settings(config)["moe_router_load_balancing_type"] == "none"  # off by default
+    with_aux = moe_settings(config, aux_loss_coeff=0.01)
+    assert (with_aux["moe_router_load_balancing_type"], with_aux["moe_aux_loss_coeff"]) == \
+        ("aux_loss", 0.01)
+    assert moe_settings(read_hf_config(model_dirs["qwen3"])) == {}
+
+
 @pytest.mark.parametrize("tp", [1, 2])
 @pytest.mark.parametrize("arch", ARCHS)
 def test_conversion_round_trip_is_bit_exact(arch: str, tp: int, model_dirs) -> None:
