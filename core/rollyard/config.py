@@ -176,6 +176,17 @@ class RunConfig:
 
     train_tp: int = option(1, group=TRAINING, check=positive, help="tensor-parallel size")
     train_dp: int = option(1, group=TRAINING, check=positive, help="data-parallel size")
+    train_ep: int = option(1, group=TRAINING, check=positive,
+                           help="expert-parallel size of a mixture of experts: its experts "
+                                "spread over this many of the --train-dp ranks")
+    train_moe_aux_loss_coeff: float = option(
+        0.0, group=TRAINING, check=non_negative,
+        help="weight of a mixture of experts' router load-balancing loss (0: off)")
+    train_dtype: Literal["fp32", "bf16"] = option(
+        "fp32", group=TRAINING,
+        help="precision of the trainer's parameters and activations; bf16 keeps fp32 master "
+             "weights in megatron-core's mixed-precision optimizer and reduces gradients in "
+             "fp32 (docs/training.md: precision)")
     num_cpus: int | None = option(None, group=TRAINING, check=positive,
                                   help="CPUs for the local Ray cluster (default: all)")
     ray_address: str | None = option(None, group=TRAINING,

@@ -22,6 +22,9 @@ EXPECTED_TARGETS = [
     "megatron.core.tensor_parallel.random._get_cuda_rng_state",
     "megatron.core.tensor_parallel.random._set_cuda_rng_state",
     "megatron.core.fusions.fused_softmax.get_default_causal_mask",
+    "torch.cuda.current_stream", "torch.cuda.stream",
+    "MoEAlltoAllTokenDispatcher.cuda_dtoh_stream",
+    "megatron.core.transformer.moe.token_dispatcher.maybe_move_tensor_to_cpu",
     "torch.overrides.TorchFunctionMode(CudaToCpuMode)",
 ]
 

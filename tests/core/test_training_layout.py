@@ -47,7 +47,7 @@ def test_more_ranks_than_cpus(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("changes", "message"), [
-    ({"model_type": "phi3"}, "model_type 'phi3' is not supported"),
+    ({"model_type": "gemma2"}, "model_type 'gemma2' is not supported"),
     ({"attention_bias": True}, "attention_bias=true is not supported"),
     ({"hidden_act": "gelu"}, "hidden_act 'gelu' is not supported"),
     ({"rope_parameters": {"rope_type": "dynamic", "rope_theta": 5e5}}, "rope type 'dynamic'"),

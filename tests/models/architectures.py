@@ -32,6 +32,12 @@ ARCHITECTURES: dict[str, tuple[str, dict[str, Any]]] = {
     "qwen2": ("qwen2", {"tie_word_embeddings": True}),
     "qwen3": ("qwen3", {"tie_word_embeddings": False}),
     "mistral": ("mistral", {"sliding_window": 256}),
+    # mixtures of experts, 4 experts choosing 2: Qwen3-MoE without renormalising the top-k
+    # probabilities (Mixtral always renormalises them)
+    "qwen3_moe": ("qwen3_moe", {"tie_word_embeddings": True, "num_experts": 4,
+                                "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+                                "norm_topk_prob": False}),
+    "mixtral": ("mixtral", {"num_local_experts": 4, "num_experts_per_tok": 2}),
 }
 
 

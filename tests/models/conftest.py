@@ -47,7 +47,7 @@ def megatron_outputs(model_dirs: dict[str, pathlib.Path], probe_tokens: torch.Te
 CHECKS = {
     "test_megatron_logits_equal_transformers[tp=1]": "(a) logits, TP 1",
     "test_megatron_logits_equal_transformers[tp=2]": "(a) logits, TP 2",
-    "test_megatron_logits_equal_transformers[ep=2]": "(a) logits, EP 2",
+    "test_expert_parallel_logits_equal_transformers[ep=2]": "(a) logits, EP 2",
     "test_conversion_round_trip_is_bit_exact": "(b) HF→Megatron→HF",
     "test_export_from_two_ranks_is_bit_exact": "(b) export, 2 ranks",
     "test_engine_logprobs_equal_teacher_forcing": "(c) engine logprobs",

@@ -21,9 +21,9 @@ def edited(model_dir: pathlib.Path, out: pathlib.Path, **fields) -> pathlib.Path
     return out
 
 
-def refusal(model_dir: pathlib.Path, tp: int = 1) -> str:
+def refusal(model_dir: pathlib.Path, tp: int = 1, dp: int = 1, ep: int = 1) -> str:
     with pytest.raises(ConfigError) as info:
-        check_layout(str(model_dir), TrainConfig(), tp, 1)
+        check_layout(str(model_dir), TrainConfig(), tp, dp, ep=ep)
     message = str(info.value)
     assert "\n" not in message
     return message
@@ -48,7 +48,7 @@ def test_a_sharded_index_naming_a_missing_shard(model_dirs, tmp_path) -> None:
 
 @pytest.mark.parametrize("fields, expected", [
     ({"model_type": "gemma2"}, "model_type 'gemma2' is not supported by the Megatron trainer; "
-                               "supported: llama, mistral, qwen2, qwen3"),
+                               "supported: llama, mistral, qwen2, qwen3, qwen3_moe, mixtral"),
     ({"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4}},
      "rope type 'longrope' is not supported by the Megatron trainer; supported: default, "
      "linear, llama3, yarn"),
@@ -76,6 +76,26 @@ def test_tensor_parallelism_that_does_not_divide_the_heads(model_dirs) -> None:
     assert "num_attention_heads" in message and "3" in message, message
 
 
+@pytest.mark.parametrize("arch, layout, expected", [
+    ("qwen3_moe", {"dp": 3, "ep": 3}, "expert parallel size 3 does not divide the 4 experts"),
+    ("mixtral", {"dp": 1, "ep": 2}, "expert parallel size 2 does not divide the data-parallel "
+                                    "size 1"),
+    ("mixtral", {"tp": 2, "dp": 2, "ep": 2}, "--train-ep 2 with --train-tp 2: expert "
+                                             "parallelism is supported with one"),
+    ("qwen2", {"dp": 2, "ep": 2}, "expert parallel size 2: "),
+])
+def test_expert_parallelism_that_does_not_fit(model_dirs, arch, layout, expected) -> None:
+    message = refusal(model_dirs[arch], **layout)
+    assert message.startswith(expected), message
+
+
+def test_moe_settings_not_reproduced(model_dirs, tmp_path) -> None:
+    dense_layers = edited(model_dirs["qwen3_moe"], tmp_path / "dense", mlp_only_layers=[1])
+    assert "every layer is a mixture of experts" in refusal(dense_layers)
+    jitter = edited(model_dirs["mixtral"], tmp_path / "jitter", router_jitter_noise=0.1)
+    assert "router_jitter_noise=0.1 is not supported" in refusal(jitter)
+
+
 def test_the_cli_refuses_before_ray_and_leaves_nothing(rollyard_cli, model_dirs,
                                                        tmp_path) -> None:
     folder = edited(model_dirs["llama"], tmp_path / "gemma", model_type="gemma3_text")
@@ -86,7 +106,7 @@ def test_the_cli_refuses_before_ray_and_leaves_nothing(rollyard_cli, model_dirs,
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert errors == [f"error: {folder / 'config.json'}: model_type 'gemma3_text' is not "
                       "supported by the Megatron trainer; supported: llama, mistral, qwen2, "
-                      "qwen3"], result.stderr
+                      "qwen3, qwen3_moe, mixtral"], result.stderr
     assert "Traceback" not in result.stderr and "ray" not in result.stderr.lower()
     assert not runs.exists()
 
@@ -100,3 +120,4 @@ def test_the_docs_table_has_a_passing_row_per_architecture() -> None:
     rows = {line.split("|")[1].strip(): line for line in table.strip().splitlines()[2:]}
     assert sorted(rows) == sorted(ARCHITECTURES)
     assert all("✗" not in row for row in rows.values())
+

@@ -255,7 +255,8 @@ def run_training(config: RunConfig, manager: PluginManager,
         minibatches=config.minibatches,
         temperature=config.temperature,
         filter_zero_variance=not config.keep_zero_variance_groups, seed=config.seed,
-        global_batch_size=config.groups_per_step * config.group_size)
+        global_batch_size=config.groups_per_step * config.group_size, dtype=config.train_dtype,
+        moe_aux_loss_coeff=config.train_moe_aux_loss_coeff)
     sizes = {env.config.group_size for env in selection.environments.values()}
     if len(sizes) > 1 and config.train_dp > 1:
         raise ConfigError(f"--train-dp {config.train_dp} with environments of different group "
@@ -263,7 +264,8 @@ def run_training(config: RunConfig, manager: PluginManager,
                           "step to step; give them one group_size, or --train-dp 1")
     # a layout that cannot train (tp not dividing the heads, dp not dividing the batch) fails
     # here, before the preflight and Ray; the Ray cluster's CPUs are checked once it runs
-    check_layout(str(model_dir), train_config, config.train_tp, config.train_dp)
+    check_layout(str(model_dir), train_config, config.train_tp, config.train_dp,
+                 ep=config.train_ep)
     counts = selection.preflight(model_dir)
     make_source({label: c.train for label, c in counts.items()}, selection.weights,
                 config.seed, config.groups_per_step)  # a mix that starves one is refused here
@@ -302,7 +304,8 @@ def run_training(config: RunConfig, manager: PluginManager,
                 # processes they start
                 engines_up = launcher.submit(fleet.start)
                 group = TrainGroup(model_dir=str(model_dir), config=train_config,
-                                   tp=config.train_tp, dp=config.train_dp)
+                                   tp=config.train_tp, dp=config.train_dp,
+                                   ep=config.train_ep)
             try:
                 engines_up.result()
                 if checkpoint is not None:

@@ -63,8 +63,9 @@ def write_hf_folder(out_dir: str | pathlib.Path, tensors: dict[str, torch.Tensor
                     source_dir: str | pathlib.Path) -> pathlib.Path:
     """Write ``tensors`` as ``model.safetensors`` with every non-weight file of ``source_dir``.
 
-    config.json, generation config and tokenizer files are copied byte for byte, so the export
-    is loadable by anything that loaded the source folder.
+    Generation config and tokenizer files are copied byte for byte, so the export is loadable
+    by anything that loaded the source folder; so is config.json, unless the tensors' dtype
+    is not the one it records (:func:`record_dtype`).
     """
     from safetensors.torch import save_file
 
@@ -74,6 +75,7 @@ def write_hf_folder(out_dir: str | pathlib.Path, tensors: dict[str, torch.Tensor
         if item.is_file() and not item.name.endswith(_WEIGHT_SUFFIXES) \
                 and item.name != _INDEX_FILE:
             shutil.copyfile(item, out / item.name)
+    record_dtype(out / "config.json", next(iter(tensors.values())).dtype)
     tmp = out / (WEIGHTS_FILE + ".tmp")
     save_file(tensors, str(tmp), metadata={"format": "pt"})
     tmp.replace(out / WEIGHTS_FILE)
@@ -81,3 +83,18 @@ def write_hf_folder(out_dir: str | pathlib.Path, tensors: dict[str, torch.Tensor
     if stale_index.exists():
         stale_index.unlink()
     return out
+
+
+def record_dtype(config_file: pathlib.Path, dtype: torch.dtype) -> None:
+    """Make ``config_file`` record ``dtype`` as transformers writes it (``"dtype":
+    "bfloat16"``; also ``torch_dtype``, the key of older transformers versions, where the file has
+    it). A file that records it already is left as it is."""
+    if not config_file.is_file():
+        return
+    config = json.loads(config_file.read_text())
+    name = str(dtype).removeprefix("torch.")
+    keys = ["dtype"] + (["torch_dtype"] if "torch_dtype" in config else [])
+    if all(config.get(key) == name for key in keys):
+        return
+    config.update({key: name for key in keys})
+    config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")

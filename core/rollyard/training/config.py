@@ -9,6 +9,8 @@ from typing import Any
 from rollyard.errors import ConfigError
 
 LR_DECAY_STYLES = ("constant", "linear", "cosine")
+#: the trainer's parameter and activation precisions (bf16: with fp32 master weights)
+TRAIN_DTYPES = ("fp32", "bf16")
 
 
 @dataclass
@@ -35,6 +37,10 @@ class TrainConfig:
     ``tis_cap`` turns on truncated importance sampling against the engine's logprobs.
     ``max_new_tokens`` is the rollouts' response budget (dr-grpo's normaliser, dapo's
     overlong penalty); without it the step's longest response stands in.
+    ``dtype`` is the precision of the parameters and activations: ``bf16`` keeps fp32 master
+    weights in megatron-core's mixed-precision optimizer and reduces gradients in fp32.
+    ``moe_aux_loss_coeff`` weighs the router's load-balancing loss of a mixture-of-experts
+    model (0: off, the models' own routing is trained by the policy loss alone).
     """
 
     lr: float = 1e-5
@@ -62,6 +68,8 @@ class TrainConfig:
     filter_zero_variance: bool = True
     seed: int = 0
     global_batch_size: int | None = None
+    dtype: str = "fp32"
+    moe_aux_loss_coeff: float = 0.0
 
     def validate(self) -> None:
         """ConfigError naming the first field whose value cannot work."""
@@ -78,7 +86,8 @@ class TrainConfig:
         non_negative = {"min_lr": self.min_lr, "warmup_steps": self.warmup_steps,
                         "weight_decay": self.weight_decay, "grad_clip": self.grad_clip,
                         "kl_coef": self.kl_coef,
-                        "entropy_coef": self.entropy_coef}
+                        "entropy_coef": self.entropy_coef,
+                        "moe_aux_loss_coeff": self.moe_aux_loss_coeff}
         for name, value in non_negative.items():
             if value < 0:
                 raise ConfigError(f"TrainConfig.{name} is {value!r}; it must not be negative")
@@ -101,6 +110,9 @@ class TrainConfig:
                 isinstance(key, str) for key in self.algorithm_options):
             raise ConfigError("TrainConfig.algorithm_options must be a dict of option name to "
                               f"value, got {self.algorithm_options!r}")
+        if self.dtype not in TRAIN_DTYPES:
+            raise ConfigError(f"TrainConfig.dtype is {self.dtype!r}; expected one of "
+                              f"{', '.join(TRAIN_DTYPES)}")
         if self.lr_decay_style not in LR_DECAY_STYLES:
             raise ConfigError(f"TrainConfig.lr_decay_style is {self.lr_decay_style!r}; "
                               f"expected one of {', '.join(LR_DECAY_STYLES)}")

@@ -13,6 +13,11 @@ keeps the tensor-parallel RNG states with ``torch.cuda.get_rng_state``, compares
 * one :class:`torch.overrides.TorchFunctionMode`, entered for the rest of the process, maps a
   CUDA device argument (``"cuda"``, ``"cuda:N"``, an int) to the CPU, makes ``Tensor.cuda()``
   a no-op and reports CPU float tensors under their ``torch.cuda.*`` type names;
+* the all-to-all token dispatcher of the mixture-of-experts layers moves its token counts
+  to the host on a side CUDA stream: it gets :class:`HostStream`, a stream that is the
+  current one (so nothing waits on another) and whose events are already complete, and
+  ``torch.cuda.stream`` / ``current_stream`` accept it; the split sizes it moves become
+  numpy arrays, as they do from a GPU (``all_to_all_single`` does not take tensors);
 * the causal mask of megatron's softmax is built on the CPU, so that the model's forward and
   backward, the bulk of a step's torch calls, can run with the mode suspended
   (:func:`native_compute`): the mode sees every torch call in Python, which costs a few
@@ -84,6 +89,31 @@ def _cpu_manual_seed(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+class HostStream:
+    """What the MoE token dispatcher takes for a CUDA stream on the CPU: work on it is
+    done when issued, so waiting and synchronising do nothing."""
+
+    def wait_stream(self, _stream: Any) -> None:
+        pass
+
+    def record_event(self) -> HostStream:
+        return self
+
+    def synchronize(self) -> None:
+        pass
+
+
+_HOST_STREAM = HostStream()
+
+
+def _host_copy(tensor: Any, as_numpy: bool = False, record_stream: bool = False) -> Any:
+    """megatron's ``maybe_move_tensor_to_cpu`` for tensors already on the CPU: what the
+    device-to-host copy would give (a numpy array when asked for one)."""
+    if as_numpy and isinstance(tensor, torch.Tensor):
+        return tensor.numpy()
+    return tensor
+
+
 @functools.lru_cache(maxsize=32)
 def _cpu_causal_mask(sq: int) -> torch.Tensor:
     """megatron's default causal mask (True above the diagonal: masked), on the CPU."""
@@ -113,6 +143,16 @@ def _patch(owner: Any, name: str, value: Any) -> None:
     _applied.append(f"{owner.__name__}.{name}")
 
 
+def define_missing_te_gemm() -> None:
+    """megatron-core 0.16's MoE router reads ``moe_utils.te_general_gemm``, which is only
+    defined when Transformer Engine imports: define it as absent (its own fallback then runs).
+    Needed with or without CUDA; does nothing where the name exists."""
+    from megatron.core.transformer.moe import moe_utils
+
+    if not hasattr(moe_utils, "te_general_gemm"):
+        moe_utils.te_general_gemm = None
+
+
 def apply() -> list[str]:
     """Patch megatron-core for CPU-only use; return the patched targets (empty with CUDA)."""
     global _mode
@@ -120,6 +160,8 @@ def apply() -> list[str]:
         return list(_applied)
     from megatron.core.fusions import fused_softmax
     from megatron.core.tensor_parallel import random as mcore_random
+    from megatron.core.transformer.moe import token_dispatcher
+    from megatron.core.transformer.moe.token_dispatcher import MoEAlltoAllTokenDispatcher
 
     _patch(torch.cuda, "current_device", lambda: _CPU)
     _patch(torch.cuda, "synchronize", lambda *_a, **_k: None)
@@ -129,6 +171,10 @@ def apply() -> list[str]:
     _patch(mcore_random, "_get_cuda_rng_state", _cpu_get_rng_state)
     _patch(mcore_random, "_set_cuda_rng_state", _cpu_set_rng_state)
     _patch(fused_softmax, "get_default_causal_mask", _cpu_causal_mask)
+    _patch(torch.cuda, "current_stream", lambda *_a, **_k: _HOST_STREAM)
+    _patch(torch.cuda, "stream", lambda *_a, **_k: contextlib.nullcontext())
+    _patch(MoEAlltoAllTokenDispatcher, "cuda_dtoh_stream", _HOST_STREAM)
+    _patch(token_dispatcher, "maybe_move_tensor_to_cpu", _host_copy)
     _mode = CudaToCpuMode()
     _mode.__enter__()
     _applied.append("torch.overrides.TorchFunctionMode(CudaToCpuMode)")

@@ -30,15 +30,15 @@ _PER_TOKEN = ("kl", "entropy", "clip_fraction", "logprob_mismatch")
 
 
 def check_layout(model_dir: str, config: TrainConfig, tp: int, dp: int,
-                 cpus: float | None = None) -> None:
+                 cpus: float | None = None, ep: int = 1) -> None:
     """ConfigError for any layout that cannot train, before a process is started."""
     config.validate()
-    for name, size in (("tp", tp), ("dp", dp)):
+    for name, size in (("tp", tp), ("dp", dp), ("ep", ep)):
         if not isinstance(size, int) or size < 1:
             raise ConfigError(f"train group: {name}={size!r}; expected a positive integer")
     hf_config = read_hf_config(model_dir)
     where = os.path.join(model_dir, "config.json")
-    check_tensor_parallel(check_hf_config(hf_config, where), tp, where)
+    check_tensor_parallel(check_hf_config(hf_config, where), tp, where, ep, dp)
     weight_files(model_dir)
     if config.global_batch_size is not None and config.global_batch_size % dp:
         raise ConfigError(f"data parallel size {dp} does not divide the batch of "
@@ -99,10 +99,12 @@ async def await_all(refs: list[Any]) -> list[Any]:
 
 
 class TrainGroup:
-    """Megatron policy trainer on Ray. Ray must be initialised by the caller."""
+    """Megatron policy trainer on Ray. Ray must be initialised by the caller.
+
+    ``ep`` spreads a mixture of experts' experts over that many of the ``dp`` ranks."""
 
     def __init__(self, model_dir: str, config: TrainConfig | None = None, tp: int = 1,
-                 dp: int = 1) -> None:
+                 dp: int = 1, ep: int = 1) -> None:
         import ray
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -114,9 +116,9 @@ class TrainGroup:
                               "before creating it")
         self.config = config or TrainConfig()
         resources = ray.cluster_resources()
-        check_layout(model_dir, self.config, tp, dp, resources.get("CPU", 0.0))
+        check_layout(model_dir, self.config, tp, dp, resources.get("CPU", 0.0), ep)
         self.algorithm, self._algorithm_plugin = load_algorithm(self.config)
-        self.model_dir, self.tp, self.dp = model_dir, tp, dp
+        self.model_dir, self.tp, self.dp, self.ep = model_dir, tp, dp, ep
         hf_config = read_hf_config(model_dir)
         self.max_len = model_max_tokens(model_dir)
         self.vocab_size = int(hf_config["vocab_size"])
@@ -137,13 +139,19 @@ class TrainGroup:
                     num_cpus=1, num_gpus=1 if use_gpu else 0,
                     scheduling_strategy=PlacementGroupSchedulingStrategy(
                         self._pg, placement_group_bundle_index=rank),
-                ).remote(model_dir, self.config, tp, dp, rank)
+                ).remote(model_dir, self.config, tp, dp, rank, ep)
                 for rank in range(world)]
             address, port = ray.get(self._actors[0].free_address.remote())
             _get_all([actor.setup.remote(address, port) for actor in self._actors])
         except BaseException:
             self.shutdown()
             raise
+
+    @property
+    def _scorers(self) -> list[Any]:
+        """The ranks that compute logprobs together: rank 0's tensor-parallel group, and
+        with expert parallelism its expert-parallel group (they exchange tokens)."""
+        return self._actors[: self.tp * self.ep]
 
     @property
     def filters_zero_variance(self) -> bool:
@@ -223,7 +231,7 @@ class TrainGroup:
                     "step_time": time.perf_counter() - start}
         shares = minibatch_shares(items, self.config.minibatches)
         if len(shares) > 1 and self.config.tis_cap is not None:
-            before = _get_all([a.logprobs.remote(items) for a in self._actors[: self.tp]])[0]
+            before = _get_all([a.logprobs.remote(items) for a in self._scorers])[0]
             for item, logprobs in zip(items, before):
                 item.trainer_logprobs = logprobs
         results: list[dict[str, float]] = []
@@ -264,7 +272,7 @@ class TrainGroup:
     def logprobs(self, samples: list[Sample]) -> list[list[float]]:
         """The current policy's logprobs of each sample's response tokens."""
         items = [_to_item(s) for s in samples]
-        return _get_all([a.logprobs.remote(items) for a in self._actors[: self.tp]])[0]
+        return _get_all([a.logprobs.remote(items) for a in self._scorers])[0]
 
     # In-memory weight sync: global rank 0 broadcasts to the engines (--weight-sync
     # distributed; rollyard.run.weight_sync drives the engines' side).

@@ -49,6 +49,8 @@ def _gather(worker: MegatronWorker) -> dict[str, torch.Tensor] | None:
     import torch.distributed as dist
     from megatron.core import parallel_state
 
+    if worker.ep > 1:  # every rank: the expert-parallel groups span data-parallel ranks
+        return _gather_experts(worker)
     if worker.dp_rank != 0:
         return None
     shards: list[dict[str, torch.Tensor]] = [{} for _ in range(worker.tp)]
@@ -64,6 +66,27 @@ def _gather(worker: MegatronWorker) -> dict[str, torch.Tensor] | None:
     if worker.rank != 0:
         return None
     return megatron_to_hf_blocks(shards, worker.shape)
+
+
+def _gather_experts(worker: MegatronWorker) -> dict[str, torch.Tensor] | None:
+    """:func:`_gather` with expert parallelism (one tensor-parallel rank): each expert
+    parameter is gathered over the expert-parallel group and named by its global index."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    from rollyard.training.convert import global_expert_name
+
+    group = parallel_state.get_expert_model_parallel_group()
+    state: dict[str, torch.Tensor] = {}
+    for name, param in worker.model.named_parameters():
+        if ".local_experts." not in name:
+            state[name] = param.detach()
+            continue
+        parts = [torch.empty_like(param) for _ in range(worker.ep)]
+        dist.all_gather(parts, param.detach().contiguous(), group=group)
+        for ep_rank, part in enumerate(parts):
+            state[global_expert_name(name, ep_rank, worker.ep, worker.shape)] = part
+    return megatron_to_hf_blocks([state], worker.shape) if worker.rank == 0 else None
 
 
 def weight_specs(worker: MegatronWorker) -> list[TensorSpec] | None:
@@ -167,8 +190,9 @@ class RankZeroSender:
 
     def _policy(self, worker: MegatronWorker) -> dict[str, torch.Tensor] | None:
         """The policy on rank 0 as :func:`gather_hf_blocks` gives it (None on other ranks):
-        with one tensor-parallel rank, views of the parameters made once, else gathered."""
-        if worker.tp > 1:
+        with one tensor-parallel and one expert-parallel rank, views of the parameters made
+        once, else gathered."""
+        if worker.tp > 1 or worker.ep > 1:
             return gather_hf_blocks(worker)
         if worker.rank != 0:
             return None

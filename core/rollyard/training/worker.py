@@ -29,7 +29,7 @@ from rollyard.training.batching import TrainItem, chunks, collate, micro_batches
 from rollyard.training.checkpoint import load_hf_weights, read_hf_config, write_hf_folder
 from rollyard.training.config import TrainConfig
 from rollyard.training.convert import ModelShape, hf_to_megatron
-from rollyard.training.model import build_gpt_model, scoring
+from rollyard.training.model import build_gpt_model, scoring, torch_dtype
 
 # A rank that waits this long in a collective gives up: its peer is dead or stuck.
 COLLECTIVE_TIMEOUT_S = 600
@@ -52,12 +52,14 @@ def _load_params(model: torch.nn.Module, params: dict[str, torch.Tensor], where:
 
 
 class MegatronWorker:
-    """Rank ``rank`` of a ``tp * dp`` train group (tensor-parallel rank varies fastest)."""
+    """Rank ``rank`` of a ``tp * dp`` train group (tensor-parallel rank varies fastest); a
+    mixture of experts' experts are spread over ``ep`` of the data-parallel ranks."""
 
-    def __init__(self, model_dir: str, config: TrainConfig, tp: int, dp: int, rank: int) -> None:
+    def __init__(self, model_dir: str, config: TrainConfig, tp: int, dp: int, rank: int,
+                 ep: int = 1) -> None:
         self.model_dir = model_dir
         self.config = config
-        self.tp, self.dp, self.rank = tp, dp, rank
+        self.tp, self.dp, self.rank, self.ep = tp, dp, rank, ep
         self.hf_config = read_hf_config(model_dir)
         self.shape = ModelShape.from_hf_config(self.hf_config)
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -83,6 +85,7 @@ class MegatronWorker:
         from megatron.core import parallel_state
         from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
 
+        cpu_compat.define_missing_te_gemm()
         if self.device.type == "cpu":
             cpu_compat.apply()
             torch.set_num_threads(1)
@@ -93,16 +96,21 @@ class MegatronWorker:
             init_method=f"tcp://{master_addr}:{master_port}",
             rank=self.rank, world_size=self.tp * self.dp,
             timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S))
-        parallel_state.initialize_model_parallel(tensor_model_parallel_size=self.tp)
+        parallel_state.initialize_model_parallel(tensor_model_parallel_size=self.tp,
+                                                 expert_model_parallel_size=self.ep)
         torch.manual_seed(self.config.seed)
         model_parallel_cuda_manual_seed(self.config.seed)
         self.tp_rank = parallel_state.get_tensor_model_parallel_rank()
         self.dp_rank = parallel_state.get_data_parallel_rank()
+        self.ep_rank = parallel_state.get_expert_model_parallel_rank()
 
         hf = load_hf_weights(self.model_dir)
-        self.export_dtype = next(iter(hf.values())).dtype
+        # the export (and weight sync) dtype: the checkpoint's own in fp32 training, bf16 (the
+        # parameters' precision) in bf16 training
+        self.export_dtype = (torch_dtype("bf16") if self.config.dtype == "bf16"
+                             else next(iter(hf.values())).dtype)
         params = hf_to_megatron({k: v.float() for k, v in hf.items()}, self.shape,
-                                self.tp_rank, self.tp)
+                                self.tp_rank, self.tp, self.ep_rank, self.ep)
         self.model = self._build(params)
         self.reference = None
         if self.config.kl_coef > 0 or self.algorithm.needs_reference:
@@ -111,11 +119,16 @@ class MegatronWorker:
         self._build_optimizer()
 
     def _build(self, params: dict[str, torch.Tensor]) -> torch.nn.Module:
-        model = build_gpt_model(self.hf_config, self.tp)
+        model = build_gpt_model(self.hf_config, self.tp, self.config.dtype, self.ep,
+                                self.config.moe_aux_loss_coeff)
         _load_params(model, params, f"model {self.model_dir} (tp rank {self.tp_rank})")
         return model.to(self.device)
 
     def _build_optimizer(self) -> None:
+        """Megatron DDP (gradients reduced in fp32) and megatron-core's optimizer: plain Adam
+        on the fp32 parameters, or, in bf16, its mixed-precision optimizer
+        (``Float16OptimizerWithFloat16Params``), which keeps fp32 master copies of the bf16
+        parameters, steps them on the fp32 gradients and copies them back."""
         from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
         from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
         from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
@@ -130,7 +143,8 @@ class MegatronWorker:
             OptimizerConfig(optimizer="adam", lr=cfg.lr, min_lr=cfg.min_lr,
                             weight_decay=cfg.weight_decay, adam_beta1=cfg.adam_beta1,
                             adam_beta2=cfg.adam_beta2, adam_eps=cfg.adam_eps,
-                            clip_grad=cfg.grad_clip, params_dtype=torch.float32),
+                            clip_grad=cfg.grad_clip, bf16=cfg.dtype == "bf16",
+                            params_dtype=torch_dtype(cfg.dtype)),
             [self.ddp])
         decay_steps = cfg.lr_decay_steps or cfg.warmup_steps + 1
         self.scheduler = OptimizerParamScheduler(
@@ -191,15 +205,24 @@ class MegatronWorker:
     def _forward_backward(self, items: list[TrainItem],
                           step: StepInfo) -> tuple[dict[str, float], str | None]:
         """Accumulate the gradients of every micro-batch of ``items``; the loss terms' sums,
-        and what was wrong with the algorithm's loss if a micro-batch's was unusable."""
+        and what was wrong with the algorithm's loss if a micro-batch's was unusable.
+
+        With expert parallelism every forward and backward pass exchanges tokens with the
+        other ranks of the expert-parallel group, so each rank makes as many passes as the
+        busiest: the extra ones (and those after an unusable loss) repeat a micro-batch with
+        a zero loss, which moves no weight."""
         cfg = self.config
         sums: dict[str, float] = defaultdict(float)
         problem = None
-        for batch in micro_batches(items, cfg.micro_batch_size, cfg.micro_batch_tokens,
-                                   cfg.share_prompts):
-            batch = batch.to(self.device)
+        batches = list(micro_batches(items, cfg.micro_batch_size, cfg.micro_batch_tokens,
+                                     cfg.share_prompts))
+        for index in range(self._expert_parallel_passes(len(batches))):
+            batch = batches[min(index, len(batches) - 1)].to(self.device)
             with scoring(self.model, batch):
                 logits = self.ddp(batch.input_ids, batch.position_ids, batch.attention_mask)
+            if index >= len(batches) or problem is not None:
+                (logits.float().sum() * 0.0).backward()
+                continue
             logprobs, entropy = token_logprobs(logits, batch.targets, cfg.temperature)
             ref_logprobs = None
             if self.reference is not None:
@@ -216,7 +239,10 @@ class MegatronWorker:
                     trainer_old=batch.trainer_logprobs)
             except LossProblem as exc:
                 problem = str(exc)
-                break
+                if self.ep == 1:
+                    break
+                (logits.float().sum() * 0.0).backward()
+                continue
             (terms.loss * self.dp).backward()
             sums["loss"] += float(terms.loss.detach())
             for key in ("policy_loss", "kl", "entropy", "clip_fraction", "logprob_mismatch",
@@ -224,6 +250,19 @@ class MegatronWorker:
                 sums[key] += getattr(terms, key)
             sums["tis_ratio_max"] = max(sums["tis_ratio_max"], terms.tis_ratio_max)
         return sums, problem
+
+    def _expert_parallel_passes(self, count: int) -> int:
+        """The most micro-batches any rank of this rank's expert-parallel group has (``count``
+        without expert parallelism)."""
+        if self.ep == 1:
+            return count
+        import torch.distributed as dist
+        from megatron.core import parallel_state
+
+        most = torch.tensor([count], device=self.device)
+        dist.all_reduce(most, op=dist.ReduceOp.MAX,
+                        group=parallel_state.get_expert_model_parallel_group())
+        return int(most.item())
 
     def _stop_if_any_rank_failed(self, problem: str | None) -> None:
         """Every rank learns whether any rank's loss was unusable (one scalar all-reduce per

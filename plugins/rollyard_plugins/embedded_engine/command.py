@@ -56,7 +56,7 @@ def serve_from_args(args: SimpleNamespace) -> int:
             loop.add_signal_handler(sig, task.cancel)
         await serve(args.model, args.host, args.port, options.max_batch_size,
                     options.weight_update_policy, options.threads,
-                    options.weight_sync_timeout)
+                    options.weight_sync_timeout, options.dtype)
 
     try:
         asyncio.run(main())

@@ -107,10 +107,12 @@ class FusedDecoder:
             k_norm=None if k_norm is None else k_norm.weight)
 
     def _rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        freqs = positions[..., None].float() * self.inv_freq
+        """cos and sin of the angles, computed in fp32 and cast to the weights' dtype."""
+        freqs = positions[..., None].float() * self.inv_freq.float()
         emb = torch.cat((freqs, freqs), dim=-1)
-        return ((emb.cos() * self.attention_scaling)[:, None],
-                (emb.sin() * self.attention_scaling)[:, None])
+        dtype = self.backbone.embed_tokens.weight.dtype
+        return ((emb.cos() * self.attention_scaling)[:, None].to(dtype),
+                (emb.sin() * self.attention_scaling)[:, None].to(dtype))
 
     @staticmethod
     def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -144,7 +146,8 @@ class FusedDecoder:
         hidden = F.embedding(ids, self.backbone.embed_tokens.weight)
         bias = None
         if width == 1:  # the mask as an additive bias, one row per (sequence, key head)
-            bias = torch.zeros(mask.shape[0], 1, mask.shape[-1]).masked_fill_(
+            bias = torch.zeros(mask.shape[0], 1, mask.shape[-1],
+                               dtype=hidden.dtype).masked_fill_(
                 ~mask.reshape(mask.shape[0], 1, -1), float("-inf"))
             bias = bias.repeat_interleave(self.kv_heads, dim=0)
         cos, sin = self._rotary(positions)

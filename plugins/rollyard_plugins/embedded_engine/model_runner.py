@@ -1,6 +1,7 @@
 """The model and its key/value cache: one batched forward pass over new tokens.
 
-The decoder layers are transformers' own (Llama/Qwen3, float32, SDPA attention); this module
+The decoder layers are transformers' own (SDPA attention; fp32, or bf16 with
+``dtype="bf16"``, the returned logits always fp32); this module
 supplies what transformers' generate would otherwise own: a key/value store with one row
 ("slot") per running sequence, explicit positions and an attention mask per row, so that
 sequences of different lengths, admitted at different times, share one forward pass.
@@ -17,6 +18,8 @@ import torch
 
 #: Cache length allocated up front; it doubles as sequences grow (up to the context length).
 INITIAL_CACHE_LEN = 256
+#: The precisions the engine serves in, by option value.
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 class SlotKVCache:
@@ -92,14 +95,19 @@ class _BatchCacheView:
 
 
 class ModelRunner:
-    """Loads a Hugging Face causal LM and runs batched forward passes with a slot KV cache."""
+    """Loads a Hugging Face causal LM and runs batched forward passes with a slot KV cache.
 
-    def __init__(self, model_dir: str | pathlib.Path, max_batch_size: int) -> None:
+    ``dtype`` (``fp32`` or ``bf16``) is the precision of the weights, the cache and the
+    computation, whatever the checkpoint's; loaded and received weights are cast to it."""
+
+    def __init__(self, model_dir: str | pathlib.Path, max_batch_size: int,
+                 dtype: str = "fp32") -> None:
         from transformers import AutoModelForCausalLM
 
         self.model_dir = str(model_dir)
+        self.dtype = DTYPES[dtype]
         self.model = AutoModelForCausalLM.from_pretrained(
-            self.model_dir, dtype=torch.float32, attn_implementation="sdpa").eval()
+            self.model_dir, dtype=self.dtype, attn_implementation="sdpa").eval()
         config = self.model.config
         self.config = config
         self.vocab_size: int = config.vocab_size
@@ -109,20 +117,22 @@ class ModelRunner:
             config.hidden_size // config.num_attention_heads)
         self.cache = SlotKVCache(config.num_hidden_layers, max_batch_size,
                                  config.num_key_value_heads, head_dim, self.context_len,
-                                 torch.float32)
+                                 self.dtype)
         from rollyard_plugins.embedded_engine.fused import FusedDecoder, unsupported
 
         #: The fused decoder layers, or None: transformers' own layers for other models.
         self.fused = FusedDecoder(self.model) if unsupported(config) is None else None
-        #: The served tensors by Hugging Face name (views of the parameters and buffers, which
-        #: loads write in place, so built once).
-        self._tensors: dict[str, torch.Tensor] = self.model.state_dict()
+        from rollyard_plugins.embedded_engine.checkpoint_names import checkpoint_tensors
+
+        #: The served tensors by their checkpoint names (views of the parameters and buffers,
+        #: which loads write in place, so built once).
+        self._tensors: dict[str, torch.Tensor] = checkpoint_tensors(self.model)
 
     @torch.inference_mode()
     def forward(self, new_tokens: list[list[int]], starts: list[int],
                 slots: list[int]) -> torch.Tensor:
         """Feed ``new_tokens[b]`` to the sequence in slot ``slots[b]`` at positions
-        ``starts[b]...``; return the logits [B, V] after each row's last new token."""
+        ``starts[b]...``; return the logits [B, V] (fp32) after each row's last new token."""
         lengths = torch.tensor([len(t) for t in new_tokens])
         width = int(lengths.max())
         ids = torch.tensor([t + [0] * (width - len(t)) for t in new_tokens])
@@ -145,7 +155,7 @@ class ModelRunner:
                 hidden = layer(hidden, attention_mask=mask, position_ids=positions, cache=view,
                                position_embeddings=rotary)
         last = backbone.norm(hidden[torch.arange(len(new_tokens)), lengths - 1])
-        return self.model.lm_head(last)
+        return self.model.lm_head(last).float()
 
     @torch.inference_mode()
     def copy_prefix(self, source: int, targets: list[int], length: int) -> None:

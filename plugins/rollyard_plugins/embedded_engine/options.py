@@ -24,6 +24,9 @@ class EmbeddedOptions:
     # requests on 2 cores).
     threads: int = option(1, check=non_negative,
                           help="torch CPU threads per engine; 0 = torch's choice")
+    dtype: Literal["fp32", "bf16"] = option(
+        "fp32", help="precision the engine holds the weights and computes in (logprobs are "
+                     "taken in fp32); weight updates of another dtype are cast on arrival")
     weight_sync_timeout: float = option(
         120.0, check=positive,
         help="seconds a weight-update process group may take to form, and one in-memory "
@@ -37,5 +40,5 @@ class EmbeddedOptions:
 
 
 #: The options the server process itself takes (``rollyard engine serve --threads 1 …``).
-SERVER_OPTIONS = ("max_batch_size", "weight_update_policy", "threads",
+SERVER_OPTIONS = ("max_batch_size", "weight_update_policy", "threads", "dtype",
                   "weight_sync_timeout")

@@ -46,12 +46,13 @@ class EngineServer:
     def __init__(self, model_dir: str, max_batch_size: int = EmbeddedOptions.max_batch_size,
                  weight_update_policy: str = "wait",
                  threads: int = EmbeddedOptions.threads,
-                 weight_sync_timeout: float = EmbeddedOptions.weight_sync_timeout) -> None:
+                 weight_sync_timeout: float = EmbeddedOptions.weight_sync_timeout,
+                 dtype: str = EmbeddedOptions.dtype) -> None:
         from transformers import AutoTokenizer
 
         self.model_dir = str(pathlib.Path(model_dir).resolve())
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
-        self.scheduler = Scheduler(lambda: ModelRunner(self.model_dir, max_batch_size),
+        self.scheduler = Scheduler(lambda: ModelRunner(self.model_dir, max_batch_size, dtype),
                                    max_batch_size, weight_update_policy=weight_update_policy,
                                    threads=threads)
         self.runner = self.scheduler.start()
@@ -327,10 +328,11 @@ async def serve(model_dir: str, host: str, port: int,
                 max_batch_size: int = EmbeddedOptions.max_batch_size,
                 weight_update_policy: str = "wait",
                 threads: int = EmbeddedOptions.threads,
-                weight_sync_timeout: float = EmbeddedOptions.weight_sync_timeout) -> None:
+                weight_sync_timeout: float = EmbeddedOptions.weight_sync_timeout,
+                dtype: str = EmbeddedOptions.dtype) -> None:
     """Load the model, then serve until cancelled. Prints one ``ready`` line when listening."""
     server = EngineServer(model_dir, max_batch_size, weight_update_policy, threads,
-                          weight_sync_timeout)
+                          weight_sync_timeout, dtype)
     # handler_cancellation: a client that hangs up (e.g. a transport timeout) frees its slot.
     runner = web.AppRunner(server.app(), access_log=None, handler_cancellation=True)
     await runner.setup()
