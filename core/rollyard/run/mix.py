@@ -23,6 +23,7 @@ from rollyard.options import build_options, options_data
 from rollyard.plugin_options import table_of
 from rollyard.plugins import PluginManager
 from rollyard.run.group_draw import ENV_KEY
+from rollyard.run.rollout_backend import RolloutBackend
 from rollyard.types import Sample
 
 #: (task indices, sampling seeds) of one environment's groups.
@@ -56,11 +57,11 @@ def environment_config(config: RunConfig, env: Environment, manager: PluginManag
 
 
 class EnvironmentPools:
-    """The rollout pools of a run's environments, by label, used as one pool by the loop and
-    its checkpoints (``state_dicts``/``load_state_dicts``: one pool's list as before, a
+    """The rollout backends of a run's environments, by label, used as one pool by the loop
+    and its checkpoints (``state_dicts``/``load_state_dicts``: one backend's list as before, a
     ``{label: list}`` for several)."""
 
-    def __init__(self, pools: Mapping[str, Any]) -> None:
+    def __init__(self, pools: Mapping[str, RolloutBackend]) -> None:
         self.pools = dict(pools)
         self.mixed = len(self.pools) > 1
         self._threads = ThreadPoolExecutor(max_workers=len(self.pools))

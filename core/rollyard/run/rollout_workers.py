@@ -190,8 +190,9 @@ def run_sampling(config: RunConfig) -> SamplingParams:
 
 
 class RolloutPool:
-    """``count`` rollout workers; a step's tasks are dealt round-robin among them. A worker
-    that dies is started again; the tasks it held become failed samples."""
+    """The Ray :class:`~rollyard.run.rollout_backend.RolloutBackend`: ``count`` rollout
+    workers; a step's tasks are dealt round-robin among them. A worker that dies is started
+    again; the tasks it held become failed samples."""
 
     def __init__(self, spec: RolloutSpec, count: int) -> None:
         import ray
