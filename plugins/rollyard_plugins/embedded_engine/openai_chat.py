@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rollyard_plugins.embedded_engine.protocol import BadRequest
+from rollyard_plugins.embedded_engine.protocol import BadRequest, check_fields
 
 #: OpenAI fields honoured, and fields accepted only at a value that changes nothing.
 CHAT_FIELDS = {"model", "messages", "temperature", "top_p", "max_tokens",
@@ -31,15 +31,7 @@ ChatTemplate = Callable[[list[dict[str, Any]]], list[int]]
 
 def chat_to_generate(body: Any, chat_template: ChatTemplate) -> dict[str, Any]:
     """The ``/generate`` body of an OpenAI chat request; BadRequest names what is wrong."""
-    if not isinstance(body, dict):
-        raise BadRequest("the request body must be a JSON object")
-    unknown = sorted(set(body) - CHAT_FIELDS - set(NEUTRAL_CHAT_VALUES))
-    if unknown:
-        raise BadRequest(f"unsupported field(s) {unknown}; /v1/chat/completions accepts "
-                         f"{sorted(CHAT_FIELDS | set(NEUTRAL_CHAT_VALUES))}")
-    for name, neutral in NEUTRAL_CHAT_VALUES.items():
-        if name in body and body[name] not in neutral:
-            raise BadRequest(f"{name}={body[name]!r} is not supported by the embedded engine")
+    check_fields(body, CHAT_FIELDS, NEUTRAL_CHAT_VALUES, "/v1/chat/completions")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("messages must be a non-empty list of {role, content} objects")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 import uuid
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,19 +140,27 @@ def _check_ids(ids: Any, where: str, vocab_size: int) -> list[int]:
     return ids
 
 
+def check_fields(body: Any, known: Iterable[str], neutral: Mapping[str, tuple[Any, ...]],
+                 endpoint: str) -> None:
+    """BadRequest unless ``body`` is an object of ``known`` fields, and of ``neutral`` ones at
+    a value that changes nothing (the first is the one to send)."""
+    if not isinstance(body, dict):
+        raise BadRequest("the request body must be a JSON object")
+    accepted = set(known) | set(neutral)
+    unknown = sorted(set(body) - accepted)
+    if unknown:
+        raise BadRequest(f"unsupported field(s) {unknown}; {endpoint} accepts "
+                         f"{sorted(accepted)}")
+    for name, values in neutral.items():
+        if name in body and body[name] not in values:
+            raise BadRequest(f"{name}={body[name]!r} is not supported by {endpoint} "
+                             f"(only {values[0]!r})")
+
+
 def parse_generate(body: Any, vocab_size: int, context_len: int,
                    tokenize: Any) -> tuple[list[ParsedPrompt], bool]:
     """Validate a /generate body; return its prompts and whether it was a batch."""
-    if not isinstance(body, dict):
-        raise BadRequest("the request body must be a JSON object")
-    unknown = sorted(set(body) - REQUEST_FIELDS - set(NEUTRAL_REQUEST_VALUES))
-    if unknown:
-        raise BadRequest(f"unsupported field(s) {unknown}; the embedded engine accepts "
-                         f"{sorted(REQUEST_FIELDS | set(NEUTRAL_REQUEST_VALUES))}")
-    for name, neutral in NEUTRAL_REQUEST_VALUES.items():
-        if name in body and body[name] not in neutral:
-            raise BadRequest(f"{name}={body[name]!r} is not supported by the embedded engine "
-                             f"(only {neutral[0]!r})")
+    check_fields(body, REQUEST_FIELDS, NEUTRAL_REQUEST_VALUES, "the embedded engine")
     if ("input_ids" in body) == ("text" in body):
         raise BadRequest("give exactly one of input_ids and text")
     if "text" in body:
