@@ -50,6 +50,24 @@ def parse_reward(text: str) -> tuple[str, float]:
         raise ValueError(f"weight {weight!r} is not a number") from None
 
 
+def resource_amount(text: str) -> None:
+    """Check a ``--rollout-resources`` value: ``NAME=AMOUNT``."""
+    parse_resource(text)
+
+
+def parse_resource(text: str) -> tuple[str, float]:
+    name, sep, amount = text.partition("=")
+    if not name or not sep:
+        raise ValueError("expected NAME=AMOUNT (a custom Ray resource and how much of it)")
+    try:
+        value = float(amount)
+    except ValueError:
+        raise ValueError(f"amount {amount!r} is not a number") from None
+    if not value > 0:
+        raise ValueError(f"amount {amount!r} must be positive")
+    return name, value
+
+
 def rollout_mix(text: str) -> None:
     """Check a ``--rollout-plugin`` value: ``NAME`` or ``NAME:WEIGHT,…``."""
     try:
@@ -122,6 +140,10 @@ class RunConfig:
                                         help="groups in flight per rollout worker")
     rollout_workers: int = option(1, group=ROLLOUT, check=positive,
                                   help="Ray actors running the rollout plugin")
+    rollout_resources: tuple[str, ...] = option(
+        (), group=ROLLOUT, metavar="NAME=N", check=resource_amount,
+        help="a custom Ray resource each rollout worker needs (repeatable): the workers run "
+             "on the nodes of the cluster that have it (ray start --resources)")
     rollout_env: Literal["auto", "isolated", "shared"] = option(
         "auto", group=ROLLOUT,
         help="where the rollout workers run: a venv of the rollout plugin's own, built with uv "
@@ -350,7 +372,8 @@ class RunConfig:
 RESUME_SAFE = frozenset({"steps", "save_interval", "max_seconds", "stop_timeout", "progress",
                          "failure_threshold", "rollout_timeout", "num_cpus", "ray_address",
                          "engine_url", "weight_sync", "log_samples_every", "eval_interval",
-                         "eval_tasks", "eval_samples", "eval_temperature", "rollout_env"})
+                         "eval_tasks", "eval_samples", "eval_temperature", "rollout_env",
+                         "rollout_resources"})
 
 
 def core_specs() -> list[OptionSpec]:

@@ -20,7 +20,7 @@ from typing import Any
 from rollyard.errors import ConfigError
 
 #: Core options a ``[[rollout]]`` table may override for its environment.
-OVERRIDES = ("group_size", "max_new_tokens", "rollout_env", "reward")
+OVERRIDES = ("group_size", "max_new_tokens", "rollout_env", "reward", "rollout_resources")
 #: Keys of a ``[[rollout]]`` table.
 TABLE_KEYS = frozenset({"name", "alias", "weight", "options", *OVERRIDES})
 #: What follows a name's last ':' when it is meant as a weight (else ``DIST:NAME``).
@@ -101,7 +101,7 @@ def environments_from_tables(tables: Any, source: str) -> tuple[Environment, ...
         options = table.get("options", {})
         if not isinstance(options, Mapping):
             raise ConfigError(f"{where}: 'options' must be a table ([rollout.options])")
-        overrides = {key: tuple(value) if key == "reward" and isinstance(value, list) else value
+        overrides = {key: tuple(value) if isinstance(value, list) else value
                      for key, value in table.items() if key in OVERRIDES}
         environments.append(Environment(
             name=name, weight=_weight(table.get("weight", 1), f"{where} weight"), alias=alias,

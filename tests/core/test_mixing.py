@@ -150,3 +150,30 @@ def test_dynamic_sampling_refills_an_environment_from_itself():
     assert sum(s.metadata["env"] == "a" for s in trained) == 2  # a's one group
     assert sum(s.metadata["env"] == "b" for s in trained) == 6  # b's first three, to skip
     assert drawn.metrics()["rollout/zero_variance_share/b"] == 1.0
+
+
+def test_rollout_resources_no_node_has_are_refused_before_a_worker_waits_forever(
+        monkeypatch):
+    import ray
+    from rollyard.run.rollout_workers import worker_resources
+
+    nodes = [{"Alive": True, "Resources": {"CPU": 2.0, "env_node": 1.0, "node:10.0.0.1": 1.0}},
+             {"Alive": False, "Resources": {"CPU": 8.0, "gpu_box": 4.0}}]
+    monkeypatch.setattr(ray, "nodes", lambda: nodes)
+    assert worker_resources(("env_node=1",)) == {"env_node": 1.0}
+    assert worker_resources(()) == {}
+    with pytest.raises(ConfigError, match=r"--rollout-resources env_node=2: no node of the Ray "
+                                          r"cluster has that much \(most on one node: 1; "
+                                          r"custom resources there: env_node\)"):
+        worker_resources(("env_node=2",))
+    with pytest.raises(ConfigError, match="gpu_box=1: no node"):  # only on a dead node
+        worker_resources(("gpu_box=1",))
+
+
+def test_an_environment_places_its_workers_by_its_own_resources():
+    mixed = config(rollout=[{"name": "toy", "alias": "here"},
+                            {"name": "toy", "alias": "there",
+                             "rollout_resources": ["env_node=1"]}])
+    assert mixed.environments[1].overrides == {"rollout_resources": ("env_node=1",)}
+    with pytest.raises(ConfigError, match="'rollout_resources'"):
+        config(rollout=[{"name": "toy", "rollout_resources": ["env_node"]}])

@@ -239,6 +239,8 @@ def run_training(config: RunConfig, manager: PluginManager,
     if not (model_dir / "config.json").exists():
         raise ConfigError(f"--model {str(model_dir)!r} has no config.json (a Hugging Face "
                           "model folder is expected; build one with `rollyard init-model DIR`)")
+    # absolute: the workers of a cluster the run joins (--ray-address) have their own cwd
+    model_dir = model_dir.resolve()
     if checkpoint is not None:
         check_checkpoint_model(checkpoint, model_dir)
     from rollyard.training import TrainConfig, TrainGroup, check_layout

@@ -12,7 +12,7 @@ import random
 from dataclasses import dataclass, replace
 from typing import Any
 
-from rollyard.config import ConfigView, RunConfig
+from rollyard.config import ConfigView, RunConfig, parse_resource
 from rollyard.errors import ConfigError, PluginError, RollyardError, describe_error
 from rollyard.interfaces import RewardContext, RolloutContext
 from rollyard.plugin_options import OptionTables
@@ -182,6 +182,27 @@ def _get(refs: list[Any]) -> list[Any]:
         raise
 
 
+def worker_resources(requested: Any) -> dict[str, float]:
+    """``--rollout-resources`` as Ray's ``resources``; a ConfigError, before any worker is
+    placed, when no node of the cluster has that much of one (Ray would wait forever)."""
+    import ray
+
+    wanted = dict(parse_resource(text) for text in requested)
+    if not wanted:
+        return {}
+    nodes = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
+    for name, amount in wanted.items():
+        if not any(node.get(name, 0.0) >= amount for node in nodes):
+            most = max((node.get(name, 0.0) for node in nodes), default=0.0)
+            custom = sorted({key for node in nodes for key in node
+                             if key not in ("CPU", "GPU", "memory", "object_store_memory")
+                             and not key.startswith("node:")})
+            raise ConfigError(f"--rollout-resources {name}={amount:g}: no node of the Ray "
+                              f"cluster has that much (most on one node: {most:g}; custom "
+                              f"resources there: {', '.join(custom) or 'none'})")
+    return wanted
+
+
 def run_sampling(config: RunConfig) -> SamplingParams:
     """The sampling parameters of a run's rollouts."""
     return SamplingParams(max_new_tokens=config.max_new_tokens,
@@ -197,7 +218,9 @@ class RolloutPool:
     def __init__(self, spec: RolloutSpec, count: int) -> None:
         import ray
 
-        remote = ray.remote(num_cpus=0, max_concurrency=64)(RolloutWorker)
+        resources = worker_resources(spec.config.get("rollout_resources", ()))
+        remote = ray.remote(num_cpus=0, max_concurrency=64, resources=resources or None)(
+            RolloutWorker)
         # an isolated plugin's workers run on its venv's interpreter (docs/isolation.md)
         self._remote = (remote.options(runtime_env={"py_executable": spec.python})
                         if spec.python else remote)
