@@ -212,10 +212,6 @@ def run_training(config: RunConfig, manager: PluginManager,
         selection.check_unused_options(defaults)
     selection.place_workers()
     config = selection.selected_config()
-    if config.model_defaults == "pretrained" and not resume:
-        from rollyard.models.origin import defaults_line
-
-        _notice(defaults_line(config.to_data()))
     model_dir = Path(config.model) if config.model else default_model_dir(
         Path(resume).parent if resume else Path(config.runs_dir), config.seed)
     if not (model_dir / "config.json").exists():
@@ -242,6 +238,10 @@ def run_training(config: RunConfig, manager: PluginManager,
     # here, before the preflight and Ray; the Ray cluster's CPUs are checked once it runs
     check_layout(str(model_dir), train_config, config.train_tp, config.train_dp)
     counts = selection.preflight(config, model_dir)
+    if config.model_defaults == "pretrained" and not resume:  # checked input only
+        from rollyard.models.origin import defaults_line
+
+        _notice(defaults_line(config.to_data()))
     stop = StopSignals().__enter__()  # from here a signal stops the run in order
     try:
         started_ray = start_ray(config.ray_address, config.num_cpus)
@@ -326,7 +326,7 @@ def _notice(line: str) -> None:
     """One line for the user, on stderr (the console logger owns stdout)."""
     from rich.console import Console
 
-    Console(stderr=True, highlight=False).print(line, markup=False)
+    Console(stderr=True, highlight=False).print(line, markup=False, soft_wrap=True)
 
 
 @dataclass
