@@ -47,6 +47,8 @@ def test_a_skipped_step_says_skipped_and_never_nan():
     assert "nan" not in step_line(1, {}).lower()  # a step without any value
     trained = step_line(4, {**metrics, "train/num_samples_trained": 2.0, "train/loss": -0.25})
     assert "loss -0.2500" in trained and "skipped" not in trained
+    before = step_line(0, {"eval/reward": 0.06, "eval/pass@1": 0.06, "time/eval_s": 9.0})
+    assert before == "step   0  before training  eval 0.060 pass@1 0.06"
 
 
 def test_samples_jsonl_rows_hold_text_outcome_and_version(tmp_path):

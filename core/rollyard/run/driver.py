@@ -230,10 +230,6 @@ def run_training(config: RunConfig, manager: PluginManager,
         selection.check_unused_options(defaults)
     selection.place_workers()
     config = selection.selected_config()
-    if config.model_defaults == "pretrained" and not resume:
-        from rollyard.models.origin import defaults_line
-
-        _notice(defaults_line(config.to_data()))
     model_dir = Path(config.model) if config.model else default_model_dir(
         Path(resume).parent if resume else Path(config.runs_dir), config.seed)
     if not (model_dir / "config.json").exists():
@@ -271,6 +267,10 @@ def run_training(config: RunConfig, manager: PluginManager,
     counts = selection.preflight(model_dir)
     make_source({label: c.train for label, c in counts.items()}, selection.weights,
                 config.seed, config.groups_per_step)  # a mix that starves one is refused here
+    if config.model_defaults == "pretrained" and not resume:  # checked input only
+        from rollyard.models.origin import defaults_line
+
+        _notice(defaults_line(config.to_data()))
     stop = StopSignals().__enter__()  # from here a signal stops the run in order
     warden = None  # ends what the run started if this process is killed
     try:
@@ -385,7 +385,7 @@ def _notice(line: str) -> None:
     """One line for the user, on stderr (the console logger owns stdout)."""
     from rich.console import Console
 
-    Console(stderr=True, highlight=False).print(line, markup=False)
+    Console(stderr=True, highlight=False).print(line, markup=False, soft_wrap=True)
 
 
 @dataclass
