@@ -61,8 +61,9 @@ class LocalCluster:
     def stop(self) -> None:
         """SIGKILL every process of the cluster's session (its workers included) and remove
         its folder. Nothing of it needs a graceful end: the driver has left it."""
-        kill_session(self.process.pid)
-        self.process.wait()
+        if self.process.returncode is None:  # not reaped: its pid, the session's id, is ours
+            kill_session(self.process.pid)
+            self.process.wait()
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
