@@ -120,8 +120,7 @@ def sweep(mark: str, sessions: Iterable[int] = (), spare: frozenset[int] = froze
     sessions = set(sessions)
     deadline = time.monotonic() + SWEEP_SECONDS
     while time.monotonic() < deadline:
-        procs = [p for p in run_processes(mark, sessions, spare)
-                 if p.status() != psutil.STATUS_ZOMBIE]
+        procs = [p for p in run_processes(mark, sessions, spare) if _alive(p)]
         if not procs:
             break
         for proc in procs:
@@ -132,6 +131,16 @@ def sweep(mark: str, sessions: Iterable[int] = (), spare: frozenset[int] = froze
                 pass
         psutil.wait_procs(procs, timeout=1)
     return len(killed)
+
+
+def _alive(proc) -> bool:
+    """Whether ``proc`` (psutil) still runs: neither gone nor a zombie."""
+    import psutil
+
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _this_process():
@@ -197,9 +206,11 @@ def main(argv: list[str]) -> int:
         if not chunk:  # end-of-file: the driver closed it, or died
             break
         said += chunk
-    sweep(mark, sessions.still_ours(), spare=frozenset({driver.pid}))
-    for folder in said.decode().splitlines():
-        shutil.rmtree(folder, ignore_errors=True)
+    try:
+        sweep(mark, sessions.still_ours(), spare=frozenset({driver.pid}))
+    finally:
+        for folder in said.decode().splitlines():
+            shutil.rmtree(folder, ignore_errors=True)
     return 0
 
 
