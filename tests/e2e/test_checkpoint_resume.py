@@ -62,6 +62,10 @@ class Run:
         try:
             return self.process.wait(timeout)
         finally:
+            # a killed run's warden is still sweeping: let it finish before killing leftovers
+            deadline = time.monotonic() + 15
+            while tagged(self.tag) and time.monotonic() < deadline:
+                time.sleep(0.2)
             kill_tagged(self.tag)
 
     def wait_for(self, text: str, timeout: float = 300) -> None:

@@ -19,9 +19,11 @@ cluster's to silence Ray there.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
+import random
 import shutil
 import signal
 import socket
@@ -44,6 +46,11 @@ START_TIMEOUT_S = 300.0
 #: Where the cluster's folder goes: Ray's unix socket paths inside it must stay short.
 TEMP_ROOT = "/tmp"
 _PR_SET_PDEATHSIG = 1
+#: Times a head that exits before it is up is started again.
+START_ATTEMPTS = 3
+#: Where the head's fixed listener ports are drawn from: above Ray's worker ports.
+LOWEST_PORT = 20000
+_PORTS = random.SystemRandom()  # not the run's seeded generator
 
 
 class RayStartError(RollyardError):
@@ -61,8 +68,9 @@ class LocalCluster:
     def stop(self) -> None:
         """SIGKILL every process of the cluster's session (its workers included) and remove
         its folder. Nothing of it needs a graceful end: the driver has left it."""
-        kill_session(self.process.pid)
-        self.process.wait()
+        if self.process.returncode is None:  # not reaped: its pid, the session's id, is ours
+            kill_session(self.process.pid)
+            self.process.wait()
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
@@ -118,8 +126,16 @@ def stop_ray() -> None:
 def start_local_cluster(num_cpus: int | None) -> LocalCluster:
     """Start ``ray start --head --block`` in a session of its own and wait until its address
     is written. It dies with this process's main thread (``PR_SET_PDEATHSIG``, when started
-    there); Ray's own fate sharing takes its GCS and raylet with it."""
+    there); Ray's own fate sharing takes its GCS and raylet with it. A head that exits first
+    (a port it was given taken meanwhile) is started again, :data:`START_ATTEMPTS` times."""
     _make_token()
+    for _ in range(START_ATTEMPTS - 1):
+        with contextlib.suppress(RayStartError):
+            return _start_head(num_cpus)
+    return _start_head(num_cpus)
+
+
+def _start_head(num_cpus: int | None) -> LocalCluster:
     temp_dir = Path(tempfile.mkdtemp(prefix="ry-", dir=TEMP_ROOT))
     command = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block",
                "--port=0", f"--ray-client-server-port={_free_port()}",
@@ -177,7 +193,23 @@ def _die_with_parent() -> None:
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
+    """A port for one of the head's fixed listeners (Ray's client server, its dashboard
+    agent): free now, and below the kernel's ephemeral range, which every outgoing connection
+    on the machine draws from (a port there may be taken before the head binds it, and
+    ``ray start --block`` then stops the whole cluster)."""
+    try:
+        top = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        top = LOWEST_PORT
+    for port in _PORTS.sample(range(LOWEST_PORT, max(top, LOWEST_PORT + 1)),
+                              min(64, max(top - LOWEST_PORT, 1))):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as sock:  # the range is full: let the kernel choose
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
 

@@ -10,8 +10,9 @@ reads end-of-file and SIGKILLs the run's processes and their children (a sandbox
 
 * every process in a session that one of the driver's descendants led or sat in (the warden
   looks every :data:`POLL_S` seconds; Ray's workers sit in its head's session), but the
-  driver's own session, which is the user's, and those of processes it had started before
-  the run (a test's fixtures, when the run is in-process);
+  driver's own session, which is the user's, those of processes it had started before the
+  run (a test's fixtures, when the run is in-process), and one whose id (its leader's pid)
+  a new leader took after the run's emptied it;
 * every process that carries the run's mark, the environment variable :data:`MARK_ENV` that the
   driver sets before it starts anything (one started since the last look). A process that
   rewrites its command line over its environment (Ray's ``ray::…`` titles) loses the mark,
@@ -43,21 +44,53 @@ SWEEP_SECONDS = 5.0
 POLL_S = 1.0
 
 
-def sessions_below(pid: int) -> set[int]:
-    """The sessions of ``pid``'s descendants (none when it is gone)."""
+def leader_birth(sid: int) -> float | None:
+    """When the process whose pid is ``sid`` started (None: there is none). A session's id
+    is its leader's pid, which the kernel gives out again once the session is empty: a session
+    seen with one leader and found later with another is somebody else's."""
     import psutil
 
-    found = set()
     try:
-        children = psutil.Process(pid).children(recursive=True)
+        return psutil.Process(sid).create_time()
     except psutil.Error:
-        return found
-    for child in children:
+        return None
+
+
+class Sessions:
+    """The sessions the driver's descendants sit in, each with its leader's start time as
+    first seen, but ``spared``."""
+
+    def __init__(self, spared: set[int]) -> None:
+        self.spared = spared
+        self.seen: dict[int, float | None] = {}
+
+    def look(self, driver) -> None:
+        """Add the sessions of ``driver``'s descendants (``driver``: a psutil.Process)."""
+        import psutil
+
         try:
-            found.add(os.getsid(child.pid))
-        except OSError:
-            continue
-    return found
+            if not driver.is_running():  # gone (or its pid someone else's)
+                return
+            children = driver.children(recursive=True)
+        except psutil.Error:
+            return
+        for child in children:
+            try:
+                sid = os.getsid(child.pid)
+            except OSError:
+                continue
+            if sid not in self.spared and sid not in self.seen:
+                self.seen[sid] = leader_birth(sid)
+
+    def still_ours(self) -> set[int]:
+        """The sessions whose id no other session took meanwhile: the same leader, or a
+        leader that has died (its members keep the id)."""
+        ours = set()
+        for sid, born in self.seen.items():
+            now = leader_birth(sid)
+            if now == born or (born is not None and now is None):
+                ours.add(sid)
+        return ours
 
 
 def run_processes(mark: str, sessions: Iterable[int] = (),
@@ -87,8 +120,7 @@ def sweep(mark: str, sessions: Iterable[int] = (), spare: frozenset[int] = froze
     sessions = set(sessions)
     deadline = time.monotonic() + SWEEP_SECONDS
     while time.monotonic() < deadline:
-        procs = [p for p in run_processes(mark, sessions, spare)
-                 if p.status() != psutil.STATUS_ZOMBIE]
+        procs = [p for p in run_processes(mark, sessions, spare) if _alive(p)]
         if not procs:
             break
         for proc in procs:
@@ -101,6 +133,22 @@ def sweep(mark: str, sessions: Iterable[int] = (), spare: frozenset[int] = froze
     return len(killed)
 
 
+def _alive(proc) -> bool:
+    """Whether ``proc`` (psutil) still runs: neither gone nor a zombie."""
+    import psutil
+
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _this_process():
+    import psutil
+
+    return psutil.Process()
+
+
 class Warden:
     """The driver's end: starts the warden process and marks this process's environment, so
     that everything started from here on carries the mark; :meth:`close` at the end of the
@@ -111,7 +159,9 @@ class Warden:
         self._previous = os.environ.get(MARK_ENV)
         # not marked itself: the sweep must not kill the warden
         env = {k: v for k, v in os.environ.items() if k != MARK_ENV}
-        before = ",".join(str(sid) for sid in sorted(sessions_below(os.getpid())))
+        started = Sessions(set())
+        started.look(_this_process())
+        before = ",".join(str(sid) for sid in sorted(started.seen))
         self.process = subprocess.Popen(
             [sys.executable, "-m", "rollyard.run.warden", self.mark, str(os.getpid()), before],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True, env=env)
@@ -139,14 +189,16 @@ class Warden:
 
 
 def main(argv: list[str]) -> int:
-    mark, driver = argv[0], int(argv[1])
+    import psutil
+
+    mark, driver = argv[0], psutil.Process(int(argv[1]))
     # never the driver's own session (the user's terminal), this one, nor one from before
-    theirs = {os.getsid(driver), os.getsid(0)}
-    theirs |= {int(sid) for sid in argv[2].split(",") if sid} if len(argv) > 2 else set()
-    sessions: set[int] = set()
+    spared = {os.getsid(driver.pid), os.getsid(0)}
+    spared |= {int(sid) for sid in argv[2].split(",") if sid} if len(argv) > 2 else set()
+    sessions = Sessions(spared)
     stdin, said = sys.stdin.buffer.raw, b""
     while True:
-        sessions |= sessions_below(driver) - theirs
+        sessions.look(driver)
         ready, _, _ = select.select([stdin], [], [], POLL_S)
         if not ready:
             continue
@@ -154,9 +206,11 @@ def main(argv: list[str]) -> int:
         if not chunk:  # end-of-file: the driver closed it, or died
             break
         said += chunk
-    sweep(mark, sessions, spare=frozenset({driver}))
-    for folder in said.decode().splitlines():
-        shutil.rmtree(folder, ignore_errors=True)
+    try:
+        sweep(mark, sessions.still_ours(), spare=frozenset({driver.pid}))
+    finally:
+        for folder in said.decode().splitlines():
+            shutil.rmtree(folder, ignore_errors=True)
     return 0
 
 
