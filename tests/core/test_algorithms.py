@@ -354,8 +354,12 @@ def test_register_algorithms_duplicate_names_name_both_plugins(plugin_manager) -
         return plugin_module(cls_name, register_algorithms=register_algorithms)
 
     plugin_manager.register(plugin("A"), name="first", distribution="dist-a")
-    with pytest.warns(UserWarning, match="algorithm name 'same' is registered by both 'dist-a'"):
-        plugin_manager.register(plugin("B"), name="second", distribution="dist-b")
+    plugin_manager.register(plugin("B"), name="second", distribution="dist-b")
+    with pytest.raises(PluginError, match="algorithm name 'same' is registered by several "
+                                          "distributions; say which: dist-a:same or "
+                                          "dist-b:same"):
+        plugin_manager.get("algorithm", "same")
+    assert plugin_manager.get("algorithm", "dist-b:same").__qualname__ == "B"
 
 
 def test_plugin_error_is_what_a_bad_plugin_raises() -> None:
