@@ -146,7 +146,7 @@ def make_distribution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> MakeDi
 RunRollyard = Callable[..., subprocess.CompletedProcess]
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def rollyard_cli() -> RunRollyard:
     """Run the installed ``rollyard`` console script in a fresh process:
     ``rollyard_cli("plugins", "--json", paths=[site], env={"ROLLYARD_TRACE_PLUGINS": "1"})``.

@@ -6,9 +6,10 @@ anywhere — in the middle of a save included — and resumed ends exactly where
 run does; SIGTERM to the run's process group saves, stops every process the run started and
 exits 143; after SIGKILL of the driver nothing it started is left within 10 s; SIGINT to the
 group while a rollout takes "minutes" drops that rollout past --stop-timeout, saves the step
-before and exits 130; a stop whose save meets a full disk says so in one line and exits 1;
---max-seconds stops after a step, saves and exits 0. (A failing checkpoint writer is tested on
-the checkpoint store itself, tests/core/test_checkpoints.py.)
+before and exits 130; --max-seconds stops after a step, saves and exits 0. A stop whose save
+meets a full disk, or whose update runs past --stop-timeout with nothing saved, is tested on the
+loop itself (tests/core/test_async_loop.py); a failing checkpoint writer on the checkpoint store
+(tests/core/test_checkpoints.py).
 """
 
 from __future__ import annotations
@@ -280,42 +281,3 @@ def test_a_run_killed_anywhere_and_resumed_ends_as_an_uninterrupted_one(root, re
     assert [r["step"] for r in rows(run_dir)] == list(range(1, STEPS + 1))
     assert rows(run_dir) == rows(reference)
     assert final_weights(run_dir) == final_weights(reference)
-
-
-@pytest.mark.slow
-def test_a_stop_that_cannot_save_says_so_in_one_line(root):
-    # SIGTERM to the group during step 2, and the disk is full when its checkpoint is saved
-    run = Run(root, *COMMON, "--steps", "3", "--runs-dir", "runs", "--name", "full",
-              fault="pause:train@2,raise:save:trainer@2")
-    run.wait_for("paused at train (step 2)")
-    os.killpg(run.process.pid, signal.SIGTERM)
-    assert run.process.wait(120) == 1, run.output[-3000:]
-    errors = [line for line in run.out.read_text().splitlines() if line.startswith("error:")]
-    assert len(errors) == 1, run.output[-3000:]
-    assert errors[0].startswith("error: stopped by SIGTERM, but step 2 could not be saved: ")
-    assert "No space left on device" in errors[0] and "the run has no checkpoint" in errors[0]
-    assert not tagged(run.tag), f"left running: {tagged(run.tag)}"
-    assert run.wait() == 1
-
-
-@pytest.mark.slow
-def test_an_update_past_the_stop_timeout_is_abandoned_and_said_when_nothing_is_saved(root):
-    # the training rank is frozen while step 2 updates (an update that takes "minutes"), step 1
-    # is not saved (--save-interval 0): past --stop-timeout the ranks are killed and the stop
-    # says in one line that it could not save
-    run = Run(root, *COMMON, "--steps", "3", "--stop-timeout", "3", "--runs-dir", "runs",
-              "--name", "stuck", fault="pause:train@2")
-    run.wait_for("paused at train (step 2)")
-    ranks = [p for p in psutil.Process(run.process.pid).children(recursive=True)
-             if "MegatronWorker" in " ".join(p.cmdline())]
-    assert ranks
-    for rank in ranks:
-        rank.suspend()
-    os.killpg(run.process.pid, signal.SIGTERM)
-    assert run.process.wait(120) == 1, run.output[-3000:]
-    errors = [line for line in run.out.read_text().splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and errors[0].startswith(
-        "error: stopped by SIGTERM, but step 1 could not be saved: the update of step 2 was "
-        "still running at --stop-timeout 3; the run has no checkpoint (traceback in ")
-    assert not tagged(run.tag), f"left running: {tagged(run.tag)}"
-    assert run.wait() == 1

@@ -1,45 +1,98 @@
-"""Pre-0.4 verifiers environments trained end to end in one command: ``rollyard train
---rollout-plugin verifiers --vf-env ID`` isolates them (``--rollout-env auto``) in a venv of the
-verifiers their API needs, built through ``Rollout.isolated_environment`` (cached in
-``isolated_envs_dir``, shared with test_vf_legacy.py), two steps each: the matrix of the issue
-(single-turn and multi-turn tool on 0.3.1, single-turn on 0.2.0, code-golf published as a
-``load_environment`` environment). test_vf_legacy.py drives them in detail."""
+"""Pre-0.4 verifiers environments trained end to end in one command. One run mixes the matrix of
+the issue — single-turn and multi-turn tool on 0.3.1, single-turn on 0.2.0, code-golf published
+as a ``load_environment`` environment — as four ``[[rollout]]`` tables of the ``verifiers``
+plugin; ``--rollout-env auto`` isolates each in a venv of the verifiers its API needs, built
+through ``Rollout.isolated_environment`` (cached in ``isolated_envs_dir``, shared with
+test_vf_legacy.py, which drives them in detail). Two steps, every environment in every step."""
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Callable
+import re
+import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
-from test_vf_e2e import GROUP_SIZE, GROUPS, train
+from test_vf_e2e import GROUP_SIZE
 
 pytestmark = pytest.mark.slow
 
-
-Run = Callable[..., tuple[list[dict], list[dict], str]]
-
-
-@pytest.fixture
-def train_legacy(rollyard_cli, tmp_path: Path, tiny_model_dir: Path, isolated_envs_dir: Path,
-                 legacy_env_site: Path) -> Run:
-    """``train_legacy(env_id, *flags)``: two steps of ``train`` with the test environments
-    installed in ``legacy_env_site`` (on PYTHONPATH)."""
-    def run(env_id: str, *extra: str) -> tuple[list[dict], list[dict], str]:
-        return train(rollyard_cli, tmp_path, tiny_model_dir, env_id, 2, *extra,
-                     env={"ROLLYARD_ENVS_DIR": str(isolated_envs_dir),
-                          "PYTHONPATH": str(legacy_env_site)})
-    return run
+#: label -> (environment id, its verifiers in the venv's name, its reward keys, extra options)
+ENVIRONMENTS: dict[str, tuple[str, str, set[str], str]] = {
+    "arith031": ("rollyard_vf_legacy_arith", "verifiers-0.3.1-", {"correct", "brief"},
+                 "max_new_tokens = 6"),
+    "tools031": ("rollyard_vf_legacy_tools", "verifiers-0.3.1-", {"correct", "used_tool"},
+                 "max_new_tokens = 6"),
+    "arith020": ("rollyard_vf_v020_arith", "verifiers-0.2.0-", {"exact", "short"},
+                 "max_new_tokens = 8"),
+    "codegolf": ("rollyard_codegolf.verifiers_legacy", "verifiers-0.3.1-",
+                 {"correct", "concise"}, "max_new_tokens = 16"),
+}
+GROUPS_EACH = 2  # groups of each environment per step
 
 
-def check(samples: list[dict], metrics: list[dict], reward_keys: set[str], stderr: str,
-          label: str) -> None:
-    placed = " ".join(stderr.split())
-    assert "rollout workers of 'verifiers' run on " in placed and label in placed, placed
+def run_toml() -> str:
+    tables = []
+    for label, (env_id, _, _, extra) in ENVIRONMENTS.items():
+        turns = 2 if label == "tools031" else 1
+        tables.append(textwrap.dedent(f"""\
+            [[rollout]]
+            name = "verifiers"
+            alias = "{label}"
+            {extra}
+            [rollout.options]
+            env = "{env_id}"
+            max_turns = {turns}
+            """))
+    return "\n".join(tables)
+
+
+@pytest.fixture(scope="module")
+def mixed_run(rollyard_cli, tmp_path_factory, tiny_model_dir: Path, isolated_envs_dir: Path,
+              legacy_env_site: Path) -> tuple[list[dict], list[dict], str]:
+    """Two steps of ``train`` over the four environments, installed in ``legacy_env_site``
+    (on PYTHONPATH): the samples, the metrics and what it printed on stderr."""
+    root = tmp_path_factory.mktemp("vf-legacy")
+    (root / "run.toml").write_text(run_toml())
+    runs = root / "runs"
+    result = rollyard_cli(
+        "train", "--config", str(root / "run.toml"), "--model", str(tiny_model_dir),
+        "--steps", "2", "--groups-per-step", str(GROUPS_EACH * len(ENVIRONMENTS)),
+        "--group-size", str(GROUP_SIZE), "--num-cpus", "2", "--train-dp", "2",
+        "--runs-dir", str(runs), "--no-progress", "--keep-zero-variance-groups",
+        paths=[Path(__file__).parent / "envs", legacy_env_site],
+        env={"ROLLYARD_ENVS_DIR": str(isolated_envs_dir)}, cwd=root, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    [run] = list(runs.iterdir())
+
+    def read(name: str) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in (run / name).read_text().splitlines()]
+
+    return read("samples.jsonl"), read("metrics.jsonl"), result.stderr
+
+
+def samples_of(mixed_run, label: str) -> list[dict]:
+    return [s for s in mixed_run[0] if s["env"] == label]
+
+
+def test_each_environment_runs_in_the_venv_of_its_verifiers(mixed_run) -> None:
+    placed = " ".join(mixed_run[2].split())
+    pythons = re.findall(r"rollout workers of 'verifiers' run on (\S+)/bin/python", placed)
+    venvs = sorted(Path(python).name.rsplit("-", 1)[0] for python in pythons)
+    assert venvs == sorted(f"{verifiers}{env_id}"
+                           for env_id, verifiers, _, _ in ENVIRONMENTS.values()), placed
+
+
+@pytest.mark.parametrize("label", list(ENVIRONMENTS))
+def test_every_step_trains_every_environment_on_its_own_rewards(mixed_run, label) -> None:
+    _, _, reward_keys, _ = ENVIRONMENTS[label]
+    samples, metrics = samples_of(mixed_run, label), mixed_run[1]
     for step in (1, 2):
         batch = [s for s in samples if s["step"] == step]
-        assert len(batch) >= GROUPS * GROUP_SIZE  # a segment each, more where one split
-        assert len({s["group_id"] for s in batch}) == GROUPS
+        assert len(batch) >= GROUPS_EACH * GROUP_SIZE  # a segment each, more where one split
+        assert len({s["group_id"] for s in batch}) == GROUPS_EACH
     for s in samples:
         assert s["status"] in ("completed", "truncated"), s["metadata"]
         response = len(s["tokens"]) - s["prompt_len"]
@@ -50,25 +103,21 @@ def check(samples: list[dict], metrics: list[dict], reward_keys: set[str], stder
     assert {s["weight_version"] for s in samples if s["step"] == 2} == {1}
     assert [m["weight_version"] for m in metrics] == [1, 2]
     for m in metrics:
-        assert m["env/verifiers/error_rate"] == 0.0
+        assert m[f"env/{label}/verifiers/error_rate"] == 0.0
         assert math.isfinite(m["train/loss"])
 
 
-def test_train_a_031_single_turn_environment(train_legacy: Run) -> None:
-    samples, metrics, stderr = train_legacy("rollyard_vf_legacy_arith", "--max-new-tokens", "6")
-    check(samples, metrics, {"correct", "brief"}, stderr, "verifiers-0.3.1-")
-    assert all(all(s["loss_mask"]) for s in samples)  # one turn: every response token trains
+def test_single_turn_responses_train_every_token(mixed_run) -> None:
+    for label in ("arith031", "arith020", "codegolf"):
+        assert all(all(s["loss_mask"]) for s in samples_of(mixed_run, label))
 
 
-def test_train_a_031_multi_turn_tool_environment(train_legacy: Run) -> None:
-    samples, metrics, stderr = train_legacy("rollyard_vf_legacy_tools",
-                                            "--max-new-tokens", "6", "--verifiers-max-turns", "2")
-    check(samples, metrics, {"correct", "used_tool"}, stderr, "verifiers-0.3.1-")
+def test_multi_turn_tool_episodes_keep_their_turns(mixed_run) -> None:
     by_trace: dict[str, list[dict]] = {}
-    for s in samples:
+    for s in samples_of(mixed_run, "tools031"):
         by_trace.setdefault(s["metadata"]["trace_id"], []).append(s)
     assert None not in by_trace
-    assert len(by_trace) == 2 * GROUPS * GROUP_SIZE
+    assert len(by_trace) == 2 * GROUPS_EACH * GROUP_SIZE
     for segments in by_trace.values():
         seen = [(s["metadata"], s["loss_mask"]) for s in segments]
         turns = segments[0]["metadata"]["num_turns"]
@@ -83,15 +132,3 @@ def test_train_a_031_multi_turn_tool_environment(train_legacy: Run) -> None:
         assert all(s["loss_mask"][0] == s["loss_mask"][-1] == 1 for s in segments), seen
         if len(segments) < turns:
             assert 0 in segments[0]["loss_mask"], seen
-
-
-def test_train_a_020_environment(train_legacy: Run) -> None:
-    """Its own requirement (verifiers==0.2.0) picks the verifiers."""
-    samples, metrics, stderr = train_legacy("rollyard_vf_v020_arith", "--max-new-tokens", "8")
-    check(samples, metrics, {"exact", "short"}, stderr, "verifiers-0.2.0-")
-
-
-def test_train_codegolf_as_a_load_environment_environment(train_legacy: Run) -> None:
-    samples, metrics, stderr = train_legacy("rollyard_codegolf.verifiers_legacy",
-                                            "--max-new-tokens", "16")
-    check(samples, metrics, {"correct", "concise"}, stderr, "verifiers-0.3.1-")
