@@ -52,7 +52,7 @@ test-sglang: install
 # ~/.cache/rollyard/test-envs
 test-verifiers-matrix: install
 	ROLLYARD_VF_MATRIX=long $(PY) -m pytest -q tests/verifiers/test_vf_matrix.py \
-		tests/verifiers/test_vf_legacy_e2e.py tests/verifiers/test_vf_legacy.py
+		tests/verifiers/test_vf_train_e2e.py tests/verifiers/test_vf_legacy.py
 
 # vs_trl.py (make bench-trl) builds its own venv and runs ~20 minutes; sweep.py needs --config.
 bench: install

@@ -1,6 +1,6 @@
 """The code-golf taskset published for verifiers, run by the ``verifiers`` rollout: real
 verifiers episodes and the real code-golf sandbox, with the engine scripted to answer a
-known program (the embedded engine runs it in test_vf_e2e.py)."""
+known program (the embedded engine runs it in test_vf_train_e2e.py)."""
 
 from __future__ import annotations
 

@@ -320,7 +320,7 @@ def test_031_codegolf_as_a_load_environment_environment(results_031) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.vf_matrix  # make test trains this environment (test_vf_legacy_e2e.py)
+@pytest.mark.vf_matrix  # make test trains this environment (test_vf_train_e2e.py)
 def test_020_single_turn_with_a_plain_reward_function(tiny_model_dir, isolated_envs_dir,
                                                      legacy_env_site) -> None:
     """Its own requirement (verifiers==0.2.0) selects its venv."""
