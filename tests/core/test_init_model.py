@@ -76,3 +76,28 @@ def test_cli_writes_a_model_and_refuses_a_full_folder(tmp_path, capsys) -> None:
     assert main(["init-model", str(target)]) == 1
     assert "is not empty; pass --force" in " ".join(capsys.readouterr().err.split())
     assert main(["init-model", str(target), "--force"]) == 0
+
+
+def test_the_default_model_is_built_once_per_seed_into_the_cache(tmp_path, monkeypatch) -> None:
+    """A run without --model takes the cached tiny model: built once, the same files as
+    init-model's, and two processes building it at once both get the one complete folder."""
+    import subprocess
+    import sys
+
+    from rollyard.models.cache import builder_fingerprint, cached_tiny_model
+
+    monkeypatch.setenv("ROLLYARD_MODELS_CACHE", str(tmp_path / "cache"))
+    build = [sys.executable, "-c",
+             "from rollyard.models.cache import cached_tiny_model; print(cached_tiny_model(3))"]
+    racing = [subprocess.Popen(build, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    folders = {proc.communicate(timeout=120)[0].strip() for proc in racing}
+    assert all(proc.returncode == 0 for proc in racing)
+    expected = tmp_path / "cache" / f"tiny-qwen3-tiny-seed3-{builder_fingerprint()}"
+    assert folders == {str(expected)}
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [expected.name]
+    stamp = (expected / "model.safetensors").stat().st_mtime_ns
+    assert cached_tiny_model(3) == expected  # found, not built again
+    assert (expected / "model.safetensors").stat().st_mtime_ns == stamp
+    direct = build_tiny_model(tmp_path / "direct", seed=3)
+    assert ((direct / "model.safetensors").read_bytes()
+            == (expected / "model.safetensors").read_bytes())

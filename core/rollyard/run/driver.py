@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from rollyard.config import RunConfig
 from rollyard.errors import ConfigError, TooManyFailures, describe_error, strip_ansi
+from rollyard.models.cache import cached_tiny_model
 from rollyard.options import options_data
 from rollyard.plugin_options import observer_tables, table_of
 from rollyard.plugins import PluginManager
@@ -46,16 +47,6 @@ from rollyard.run.warden import Warden
 from rollyard.run.weight_sync import make_weight_sync
 from rollyard.seeding import derive_seed
 from rollyard.types import Sample
-
-
-def default_model_dir(runs_dir: Path, seed: int) -> Path:
-    """The tiny model of the default run, built once and reused."""
-    from rollyard.models.tiny import build_tiny_model
-
-    target = runs_dir / ".models" / f"tiny-qwen3-seed{seed}"
-    if not (target / "config.json").exists():
-        build_tiny_model(target, arch="qwen3", size="tiny", seed=seed)
-    return target
 
 
 def new_run_dir(config: RunConfig) -> Path:
@@ -230,8 +221,7 @@ def run_training(config: RunConfig, manager: PluginManager,
         selection.check_unused_options(defaults)
     selection.place_workers()
     config = selection.selected_config()
-    model_dir = Path(config.model) if config.model else default_model_dir(
-        Path(resume).parent if resume else Path(config.runs_dir), config.seed)
+    model_dir = Path(config.model) if config.model else cached_tiny_model(config.seed)
     if not (model_dir / "config.json").exists():
         raise ConfigError(f"--model {str(model_dir)!r} has no config.json (a Hugging Face "
                           "model folder is expected; build one with `rollyard init-model DIR`)")

@@ -9,8 +9,9 @@ from pathlib import Path
 
 from rollyard.config import RunConfig
 from rollyard.errors import ConfigError
+from rollyard.models.cache import cached_tiny_model
 from rollyard.plugins import PluginManager
-from rollyard.run.driver import PluginSelection, default_model_dir, rollout_spec
+from rollyard.run.driver import PluginSelection, rollout_spec
 from rollyard.run.engines import EngineFleet
 from rollyard.run.evaluate import EvalPlan, run_evaluation
 
@@ -28,8 +29,7 @@ def evaluate_model(config: RunConfig, manager: PluginManager) -> dict[str, float
     check_in_process(manager, config.rollout_plugin, config.rollout_env, "rollyard eval",
                      selection.options("rollout", config.rollout_plugin))
     config = selection.selected_config()
-    model_dir = (Path(config.model) if config.model
-                 else default_model_dir(Path(config.runs_dir), config.seed))
+    model_dir = Path(config.model) if config.model else cached_tiny_model(config.seed)
     if not (model_dir / "config.json").exists():
         raise ConfigError(f"--model {str(model_dir)!r} has no config.json (a Hugging Face "
                           "model folder is expected)")
