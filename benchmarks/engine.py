@@ -87,6 +87,7 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--model", help="model folder (default: a fresh tiny qwen3)")
+    parser.add_argument("--engine-threads", type=int, default=None)
     args = parser.parse_args()
 
     import torch
@@ -98,7 +99,8 @@ def main() -> None:
     model_dir = pathlib.Path(args.model) if args.model else build_tiny_model(workdir / "model")
     hf_threads = sorted({1, torch.get_num_threads()})
     handle = EmbeddedEngine({"max_batch_size": max(args.concurrency),
-                             "log_dir": str(workdir)}).launch(str(model_dir), 0)
+                             "log_dir": str(workdir),
+                             **({} if args.engine_threads is None else {"threads": args.engine_threads})}).launch(str(model_dir), 0)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     eos, pad = model.config.eos_token_id, model.config.pad_token_id
     try:
