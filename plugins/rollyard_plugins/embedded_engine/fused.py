@@ -63,8 +63,8 @@ def _onednn_linear(x: torch.Tensor, weight: torch.Tensor,
     """``F.linear`` through oneDNN's matrix product. On these AMD CPUs MKL's fp32 products
     (what ``F.linear`` calls) run without AVX-512: oneDNN's are 1.1-1.3x faster on a
     layer's shapes and 1.6x (one thread) to 2.2x (two) on a 49k-token vocabulary's output
-    layer (benchmarks/real_throughput.py). The same sums in another order: results differ
-    in the last bits only."""
+    layer (docs/real-model.md, "Engine throughput on SmolLM2"). The same sums in another
+    order: results differ in the last bits only."""
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
 
