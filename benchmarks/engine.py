@@ -9,9 +9,14 @@ the whole batch as one request in SGLang's batch form (how a rollout sends a gro
 concurrency level runs ``--repeats`` rounds of the three back to back; the ratios are the
 median over rounds of each round's own ratio, so load from other processes that comes and
 goes hits both sides of a ratio alike.
-Target: ratio >= 1.0 at 64 and 128 concurrent requests.
+Target: ratio >= 1.0 at 64 and 128 concurrent requests (on SmolLM2: at 16 and 64).
+``--model smollm2`` serves the imported SmolLM2-135M-Instruct (``rollyard models smollm2``);
+``--engine-threads`` sets the engine's torch threads (default: the engine's own default, 1).
+The machine's load averages are printed before and after, since other processes change every
+figure.
 
     .venv/bin/python benchmarks/engine.py [--concurrency 1 16 64] [--max-new-tokens 64]
+        [--model smollm2|DIR] [--engine-threads N]
 """
 
 from __future__ import annotations
@@ -81,12 +86,19 @@ def peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
+def load_average() -> str:
+    """The 1, 5 and 15-minute load averages, as ``uptime`` prints them."""
+    return " ".join(pathlib.Path("/proc/loadavg").read_text().split()[:3])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64, 128])
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--model", help="model folder (default: a fresh tiny qwen3)")
+    parser.add_argument("--model", help="model folder, or smollm2 (default: a fresh tiny qwen3)")
+    parser.add_argument("--engine-threads", type=int, default=None,
+                        help="the engine's torch threads (default: the engine's default)")
     args = parser.parse_args()
 
     import torch
@@ -95,16 +107,25 @@ def main() -> None:
     from transformers import AutoModelForCausalLM
 
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="rollyard-bench-"))
-    model_dir = pathlib.Path(args.model) if args.model else build_tiny_model(workdir / "model")
+    if args.model == "smollm2":
+        from rollyard.models.smollm2 import smollm2_folder
+
+        model_dir = smollm2_folder()
+    else:
+        model_dir = (pathlib.Path(args.model) if args.model
+                     else build_tiny_model(workdir / "model"))
+    print(f"load average before: {load_average()}")
+    threads = {} if args.engine_threads is None else {"threads": args.engine_threads}
     hf_threads = sorted({1, torch.get_num_threads()})
     handle = EmbeddedEngine({"max_batch_size": max(args.concurrency),
-                             "log_dir": str(workdir)}).launch(str(model_dir), 0)
+                             "log_dir": str(workdir), **threads}).launch(str(model_dir), 0)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     eos, pad = model.config.eos_token_id, model.config.pad_token_id
     try:
         asyncio.run(engine_throughput(handle.url, prompts(4, 0), 8))  # warm-up
         hf_throughput(model, prompts(4, 0), 8, pad, eos)
-        print(f"model {model_dir}; engine: default threads; transformers: best of "
+        print(f"model {model_dir}; engine: {args.engine_threads or 'default'} threads; "
+              f"transformers: best of "
               f"{hf_threads} threads; max_new_tokens {args.max_new_tokens}, "
               f"best of {args.repeats}")
         print(f"{'concurrent':>10} {'requests tok/s':>15} {'one batch tok/s':>16} "
@@ -134,6 +155,7 @@ def main() -> None:
         print(f"peak RSS: engine process {peak_rss_mib(handle.process.pid):.0f} MiB, "
               f"benchmark process (transformers side) "
               f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+        print(f"load average after: {load_average()}")
     finally:
         handle.stop()
 

@@ -12,7 +12,7 @@ NAME=${NAME:-demo-real-seed$SEED-$(date +%Y%m%d-%H%M%S)}
 MODEL=$("$VENV/bin/rollyard" models smollm2)
 "$VENV/bin/rollyard" train --model "$MODEL" --rollout-plugin arithmetic --seed "$SEED" \
     --lr 3e-5 --group-size 8 --groups-per-step 4 --max-new-tokens 16 --temperature 0.8 \
-    --max-resample-factor 1 --arithmetic-max-number 10 \
+    --max-resample-factor 1 --arithmetic-max-number 10 --embedded-threads 2 \
     --eval-interval 1000 --eval-tasks 100 --steps 1000 --max-seconds "$SECONDS_BUDGET" \
     --runs-dir "$RUNS" --name "$NAME" "$@"
 "$VENV/bin/python" - "$RUNS/$NAME/metrics.jsonl" <<'PY'

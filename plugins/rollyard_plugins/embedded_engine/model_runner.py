@@ -155,7 +155,8 @@ class ModelRunner:
                 hidden = layer(hidden, attention_mask=mask, position_ids=positions, cache=view,
                                position_embeddings=rotary)
         last = backbone.norm(hidden[torch.arange(len(new_tokens)), lengths - 1])
-        return self.model.lm_head(last).float()
+        logits = self.model.lm_head(last) if self.fused is None else self.fused.logits(last)
+        return logits.float()
 
     @torch.inference_mode()
     def copy_prefix(self, source: int, targets: list[int], length: int) -> None:
