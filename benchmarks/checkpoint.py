@@ -40,7 +40,8 @@ def rank(model_dir: str):
     from rollyard.training.config import TrainConfig
     from rollyard.training.worker import MegatronWorker
 
-    worker = MegatronWorker(model_dir, TrainConfig(lr=1e-4, micro_batch_size=8), 1, 1, 0)
+    worker = MegatronWorker(model_dir, TrainConfig(algorithm="grpo", lr=1e-4,
+                                                   micro_batch_size=8), 1, 1, 0)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

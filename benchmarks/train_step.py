@@ -111,7 +111,7 @@ def main() -> int:
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 10
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
-    config = TrainConfig(lr=1e-4, micro_batch_size=MICRO_BATCH, clip_eps=CLIP_EPS)
+    config = TrainConfig(algorithm="grpo", lr=1e-4, micro_batch_size=MICRO_BATCH, clip_eps=CLIP_EPS)
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = str(build_tiny_model(tmp))
         from rollyard.training.checkpoint import read_hf_config

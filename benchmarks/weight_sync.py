@@ -52,7 +52,7 @@ async def measure(model_dir: pathlib.Path, workdir: pathlib.Path, pushes: int) -
     from rollyard_plugins.embedded_engine.launcher import EmbeddedEngine
     from rollyard_plugins.sglang_transport import SGLangTransport
 
-    group = TrainGroup(model_dir=str(model_dir), config=TrainConfig())
+    group = TrainGroup(model_dir=str(model_dir), config=TrainConfig(algorithm="grpo"))
     try:
         with EngineFleet(EmbeddedEngine({"log_dir": str(workdir)}), str(model_dir), 1) as fleet:
             fleet.start()

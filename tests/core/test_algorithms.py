@@ -297,9 +297,10 @@ def test_a_bad_option_value_is_a_config_error_naming_the_algorithm() -> None:
 
 
 def test_clip_eps_of_the_train_config_fills_the_algorithms_clip_eps() -> None:
-    grpo, _ = load_algorithm(TrainConfig(clip_eps=0.1))
+    grpo, _ = load_algorithm(TrainConfig(algorithm="grpo", clip_eps=0.1))
     assert grpo.options.clip_eps == 0.1
-    explicit, _ = load_algorithm(TrainConfig(clip_eps=0.1, algorithm_options={"clip_eps": 0.3}))
+    explicit, _ = load_algorithm(TrainConfig(algorithm="grpo", clip_eps=0.1,
+                                             algorithm_options={"clip_eps": 0.3}))
     assert explicit.options.clip_eps == 0.3
     dapo, _ = load_algorithm(TrainConfig(algorithm="dapo", clip_eps=0.1))  # has no clip_eps
     assert dapo.options.clip_low == 0.2
@@ -307,8 +308,8 @@ def test_clip_eps_of_the_train_config_fills_the_algorithms_clip_eps() -> None:
 
 @pytest.mark.parametrize("cap", [0.0, -1.0])
 def test_tis_cap_must_be_positive(cap: float) -> None:
-    with pytest.raises(ConfigError, match=f"TrainConfig.tis_cap is {cap!r}; the "
-                                          "importance-weight cap must be positive"):
+    with pytest.raises(ConfigError, match=f"TrainConfig.tis_cap {cap!r}: must be greater "
+                                          "than 0"):
         TrainConfig(tis_cap=cap).validate()
 
 

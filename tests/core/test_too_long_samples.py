@@ -81,7 +81,7 @@ def test_the_trainer_fails_a_sample_too_long_for_the_model_instead_of_stopping()
 
     # the driver-side half of TrainGroup.train, without its Ray ranks
     group = TrainGroup.__new__(TrainGroup)
-    group.config = TrainConfig()
+    group.config = TrainConfig(algorithm="grpo")
     group.algorithm, group._algorithm_plugin = load_algorithm(group.config)
     group.max_len, group.vocab_size = 8, 64
     samples = [sample(2, reward=0.0), sample(3, reward=1.0), sample(6, reward=1.0)]

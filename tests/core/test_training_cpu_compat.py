@@ -65,7 +65,8 @@ CHECK = textwrap.dedent("""
     report["rng_fork_differs"] = first != torch.rand(3).tolist()
 
     model_dir = build_tiny_model(sys.argv[1])
-    worker = MegatronWorker(str(model_dir), TrainConfig(lr=1e-3), tp=1, dp=1, rank=0)
+    worker = MegatronWorker(str(model_dir), TrainConfig(algorithm="grpo", lr=1e-3), tp=1, dp=1,
+                            rank=0)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

@@ -58,12 +58,12 @@ def test_unsupported_models_are_named(tmp_path: Path, changes: dict, message: st
 
 
 @pytest.mark.parametrize(("config", "message"), [
-    (TrainConfig(lr=0.0), "TrainConfig.lr is 0.0; it must be positive"),
+    (TrainConfig(lr=0.0), "TrainConfig.lr 0.0: must be greater than 0"),
     (TrainConfig(clip_eps=-0.1), "TrainConfig.clip_eps is -0.1"),
-    (TrainConfig(temperature=float("nan")), "TrainConfig.temperature is nan"),
+    (TrainConfig(temperature=float("nan")), "TrainConfig.temperature: nan is not a finite"),
     (TrainConfig(lr_decay_style="cosine"), "needs lr_decay_steps"),
-    (TrainConfig(lr_decay_style="step", lr_decay_steps=10), "lr_decay_style is 'step'"),
-    (TrainConfig(micro_batch_tokens=0), "TrainConfig.micro_batch_tokens is 0"),
+    (TrainConfig(lr_decay_style="step", lr_decay_steps=10), "lr_decay_style 'step': choose one of"),
+    (TrainConfig(micro_batch_tokens=0), "TrainConfig.micro_batch_tokens 0: must be"),
 ])
 def test_bad_train_config_fields_are_named(tmp_path: Path, config: TrainConfig,
                                            message: str) -> None:

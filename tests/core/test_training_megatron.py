@@ -148,7 +148,7 @@ class TestTensorParallel2:
 
     @pytest.fixture(scope="class")
     def group(self, qwen3_tied: Path, ray_session: object) -> Iterator[TrainGroup]:
-        group = TrainGroup(str(qwen3_tied), TrainConfig(lr=1e-2, temperature=0.7,
+        group = TrainGroup(str(qwen3_tied), TrainConfig(algorithm="grpo", lr=1e-2, temperature=0.7,
                                                         micro_batch_size=3), tp=2, dp=1)
         try:
             yield group
@@ -209,7 +209,8 @@ class TestTensorParallel2:
 def test_tensor_parallel_1_with_kl_and_entropy(llama_untied: Path, ray_session: object,
                                                tmp_path: Path) -> None:
     """Llama with an untied output layer, a frozen reference for KL and an entropy bonus."""
-    config = TrainConfig(lr=1e-2, kl_coef=0.1, entropy_coef=0.01, micro_batch_size=4)
+    config = TrainConfig(algorithm="grpo", lr=1e-2, kl_coef=0.1, entropy_coef=0.01,
+                         micro_batch_size=4)
     with TrainGroup(str(llama_untied), config, tp=1, dp=1) as group:
         samples = make_samples(2, 4, seed=3, rewards=[0.0, 1.0, 0.5])
         reference = hf_logprobs(llama_untied, samples)
@@ -229,8 +230,8 @@ def test_tensor_parallel_1_with_kl_and_entropy(llama_untied: Path, ray_session: 
 def test_data_parallel_2_matches_the_single_process_gradient(qwen3_tied: Path,
                                                              ray_session: object) -> None:
     """Two data-parallel replicas split the batch; the loss and gradient are those of one."""
-    with TrainGroup(str(qwen3_tied), TrainConfig(lr=1e-3, micro_batch_size=2), tp=1,
-                    dp=2) as group:
+    with TrainGroup(str(qwen3_tied), TrainConfig(algorithm="grpo", lr=1e-3, micro_batch_size=2),
+                    tp=1, dp=2) as group:
         samples = make_samples(3, 2, seed=4, rewards=[0.0, 1.0])
         with_logprobs(samples, hf_logprobs(qwen3_tied, samples))
         metrics = group.train(samples)
@@ -251,7 +252,7 @@ def test_two_minibatches_are_two_updates_against_the_rollout_policy(
         qwen3_tied: Path, ray_session: object) -> None:
     """The second update sees the first one's change (its logprobs are off the rollout's);
     with TIS, its importance weights are taken against the policy before the first update."""
-    config = TrainConfig(lr=5e-2, micro_batch_size=4, minibatches=2, tis_cap=2.0)
+    config = TrainConfig(algorithm="grpo", lr=5e-2, micro_batch_size=4, minibatches=2, tis_cap=2.0)
     with TrainGroup(str(qwen3_tied), config, tp=1, dp=1) as group:
         samples = make_samples(4, 4, seed=5, rewards=[0.0, 1.0])
         with_logprobs(samples, hf_logprobs(qwen3_tied, samples))
@@ -270,8 +271,9 @@ def test_the_learning_rate_warms_up_and_decays_once_per_step(qwen3_tied: Path,
                                                                ray_session: object) -> None:
     """Warm-up over 2 steps, cosine to min_lr by step 4, then min_lr; a step of two
     mini-batches makes both updates at its step's rate."""
-    config = TrainConfig(lr=1e-2, min_lr=1e-3, warmup_steps=2, lr_decay_style="cosine",
-                         lr_decay_steps=4, micro_batch_size=4, minibatches=2)
+    config = TrainConfig(algorithm="grpo", lr=1e-2, min_lr=1e-3, warmup_steps=2,
+                         lr_decay_style="cosine", lr_decay_steps=4, micro_batch_size=4,
+                         minibatches=2)
     with TrainGroup(str(qwen3_tied), config, tp=1, dp=1) as group:
         samples = make_samples(2, 2, seed=6, rewards=[0.0, 1.0])
         with_logprobs(samples, hf_logprobs(qwen3_tied, samples))

@@ -34,7 +34,7 @@ def _logits(model_dir: str, tp: int, rank: int, port: int, tokens: torch.Tensor,
     from rollyard.training.config import TrainConfig
     from rollyard.training.worker import MegatronWorker
 
-    worker = MegatronWorker(model_dir, TrainConfig(), tp, ep, rank, ep)
+    worker = MegatronWorker(model_dir, TrainConfig(algorithm="grpo"), tp, ep, rank, ep)
     worker.setup("127.0.0.1", port)
     try:
         worker.model.eval()

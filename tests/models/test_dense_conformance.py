@@ -182,7 +182,7 @@ def test_engine_runs_a_mixture_of_experts_on_transformers_layers(arch: str, mode
 def test_two_training_steps_on_engine_samples(arch: str, model_dirs, ray_session,
                                               tmp_path: pathlib.Path) -> None:
     engine = EngineSampler(model_dirs[arch])
-    config = TrainConfig(lr=1e-2, micro_batch_size=8)
+    config = TrainConfig(algorithm="grpo", lr=1e-2, micro_batch_size=8)
     try:
         with TrainGroup(str(model_dirs[arch]), config, tp=1, dp=1) as group:
             for step in range(2):
@@ -222,7 +222,8 @@ def test_expert_parallel_training_step_equals_one_rank(model_dirs, ray_session,
         engine.close()
     results = {}
     for dp, ep in ((1, 1), (2, 2)):
-        with TrainGroup(str(model_dirs[arch]), TrainConfig(lr=1e-2, micro_batch_size=8),
+        with TrainGroup(str(model_dirs[arch]),
+                        TrainConfig(algorithm="grpo", lr=1e-2, micro_batch_size=8),
                         tp=1, dp=dp, ep=ep) as group:
             metrics = group.train(samples)
             results[ep] = (metrics, load_hf_weights(group.export_hf(str(tmp_path / f"ep{ep}"))))

@@ -38,7 +38,7 @@ def test_bf16_training_with_a_bf16_engine(model_dirs, ray_session,
                 "optimizers": {type(o).__name__ for o in optimizers}}
 
     engine = EngineSampler(model_dirs["qwen2"], dtype="bf16")
-    config = TrainConfig(lr=1e-2, micro_batch_size=8, dtype="bf16")
+    config = TrainConfig(algorithm="grpo", lr=1e-2, micro_batch_size=8, dtype="bf16")
     try:
         assert engine.runner.model.model.embed_tokens.weight.dtype == torch.bfloat16
         with TrainGroup(str(model_dirs["qwen2"]), config, tp=1, dp=1) as group:

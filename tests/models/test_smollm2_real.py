@@ -96,7 +96,7 @@ def test_one_training_step_keeps_the_embeddings_tied(smollm2, tokenizer, ray_ses
     engine = EngineSampler(folder)
     try:
         samples = engine.sample([chat_prompt(tokenizer)], 4, seed=2, max_new_tokens=8)
-        with TrainGroup(str(folder), TrainConfig(lr=1e-5, micro_batch_size=4,
+        with TrainGroup(str(folder), TrainConfig(algorithm="grpo", lr=1e-5, micro_batch_size=4,
                                                  micro_batch_tokens=512), tp=1, dp=1) as group:
             metrics = group.train(samples)
             exported = group.export_hf(str(tmp_path / "step-1"))

@@ -231,20 +231,8 @@ def run_training(config: RunConfig, manager: PluginManager,
         check_checkpoint_model(checkpoint, model_dir)
     from rollyard.training import TrainConfig, TrainGroup, check_layout
 
-    train_config = TrainConfig(
-        algorithm=config.algorithm,
-        algorithm_options=_as_dict(selection.options("algorithm", config.algorithm)),
-        tis_cap=config.tis_cap, max_new_tokens=config.max_new_tokens, lr=config.lr,
-        warmup_steps=config.lr_warmup_steps, lr_decay_style=config.lr_decay_style,
-        lr_decay_steps=config.lr_decay_steps, min_lr=config.min_lr,
-        kl_coef=config.kl_coef, entropy_coef=config.entropy_coef,
-        micro_batch_size=config.micro_batch_size,
-        micro_batch_tokens=config.micro_batch_tokens, share_prompts=config.share_prompts,
-        minibatches=config.minibatches,
-        temperature=config.temperature,
-        filter_zero_variance=not config.keep_zero_variance_groups, seed=config.seed,
-        global_batch_size=config.groups_per_step * config.group_size, dtype=config.train_dtype,
-        moe_aux_loss_coeff=config.train_moe_aux_loss_coeff)
+    train_config = TrainConfig.from_run(
+        config, _as_dict(selection.options("algorithm", config.algorithm)))
     sizes = {env.config.group_size for env in selection.environments.values()}
     if len(sizes) > 1 and config.train_dp > 1:
         raise ConfigError(f"--train-dp {config.train_dp} with environments of different group "

@@ -1,24 +1,48 @@
-"""The trainer's settings: optimiser, schedule, loss and batching."""
+"""The trainer's settings: optimiser, schedule, loss and batching.
+
+The settings a run also has are its :class:`~rollyard.config.RunConfig` options: their defaults
+and checks are the run's (one source), and :meth:`TrainConfig.from_run` derives them from a run.
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from functools import cache
 from typing import Any
 
+from rollyard.config import RunConfig, core_specs
 from rollyard.errors import ConfigError
+from rollyard.options import OptionSpec
 
-LR_DECAY_STYLES = ("constant", "linear", "cosine")
-#: the trainer's parameter and activation precisions (bf16: with fp32 master weights)
-TRAIN_DTYPES = ("fp32", "bf16")
+#: TrainConfig fields whose RunConfig option has another name (the others share theirs)
+RUN_NAMES = {"warmup_steps": "lr_warmup_steps", "dtype": "train_dtype",
+             "moe_aux_loss_coeff": "train_moe_aux_loss_coeff"}
+
+
+def _run_default(name: str) -> Any:
+    """The default of the RunConfig option behind TrainConfig field ``name``."""
+    return RunConfig.__dataclass_fields__[RUN_NAMES.get(name, name)].default
+
+
+@cache
+def _shared() -> dict[str, OptionSpec]:
+    """TrainConfig field name -> the spec of the RunConfig option it takes its value from."""
+    specs = {spec.name: spec for spec in core_specs()}
+    own = {"minibatches", "filter_zero_variance", "global_batch_size", "algorithm_options"}
+    return {f.name: specs[RUN_NAMES.get(f.name, f.name)] for f in fields(TrainConfig)
+            if f.name not in own and RUN_NAMES.get(f.name, f.name) in specs}
 
 
 @dataclass
 class TrainConfig:
-    """Settings of the Megatron policy update; every field has a usable default.
+    """Settings of the Megatron policy update; every field has a usable default (a field a run
+    also has takes its RunConfig option's default and check).
 
-    ``temperature`` must equal the sampling temperature of the rollouts: recomputed
-    logprobs are ``log_softmax(logits / temperature)`` of the sampled token, as in the engine.
+    ``temperature`` must equal the sampling temperature of the rollouts (:meth:`from_run` takes
+    it from there): recomputed logprobs are ``log_softmax(logits / temperature)`` of the
+    sampled token, as in the engine.
     ``micro_batch_size`` counts samples per forward pass on one data-parallel rank;
     ``micro_batch_tokens``, when set, also bounds a forward pass's padded tokens (rows × the
     longest row), so short samples share a pass and long ones do not exhaust memory.
@@ -43,79 +67,68 @@ class TrainConfig:
     model (0: off, the models' own routing is trained by the policy loss alone).
     """
 
-    lr: float = 1e-5
-    min_lr: float = 0.0
-    warmup_steps: int = 0
-    lr_decay_style: str = "constant"
-    lr_decay_steps: int | None = None
+    lr: float = _run_default("lr")
+    min_lr: float = _run_default("min_lr")
+    warmup_steps: int = _run_default("warmup_steps")
+    lr_decay_style: str = _run_default("lr_decay_style")
+    lr_decay_steps: int | None = _run_default("lr_decay_steps")
     weight_decay: float = 0.0
     adam_beta1: float = 0.9
     adam_beta2: float = 0.999
     adam_eps: float = 1e-8
     grad_clip: float = 1.0
-    algorithm: str = "grpo"
+    algorithm: str = _run_default("algorithm")
     algorithm_options: dict[str, Any] = field(default_factory=dict)
     clip_eps: float | None = None
-    tis_cap: float | None = None
-    max_new_tokens: int | None = None
-    kl_coef: float = 0.0
-    entropy_coef: float = 0.0
-    micro_batch_size: int = 8
-    micro_batch_tokens: int | None = None
-    share_prompts: bool = True
-    minibatches: int = 1
-    temperature: float = 1.0
-    filter_zero_variance: bool = True
-    seed: int = 0
-    global_batch_size: int | None = None
-    dtype: str = "fp32"
-    moe_aux_loss_coeff: float = 0.0
+    tis_cap: float | None = _run_default("tis_cap")
+    max_new_tokens: int | None = _run_default("max_new_tokens")
+    kl_coef: float = _run_default("kl_coef")
+    entropy_coef: float = _run_default("entropy_coef")
+    micro_batch_size: int = _run_default("micro_batch_size")
+    micro_batch_tokens: int | None = _run_default("micro_batch_tokens")
+    share_prompts: bool = _run_default("share_prompts")
+    minibatches: int = 1  # RunConfig's default depends on --groups-per-step
+    temperature: float = _run_default("temperature")
+    filter_zero_variance: bool = not _run_default("keep_zero_variance_groups")
+    seed: int = _run_default("seed")
+    global_batch_size: int | None = None  # RunConfig's: --groups-per-step × --group-size
+    dtype: str = _run_default("dtype")
+    moe_aux_loss_coeff: float = _run_default("moe_aux_loss_coeff")
+
+    @classmethod
+    def from_run(cls, config: RunConfig, algorithm_options: Mapping[str, Any]) -> TrainConfig:
+        """The trainer's settings of a run: each shared field is the run's option of
+        :data:`RUN_NAMES` (the training temperature is the sampling temperature), the rest
+        follow from the run's batch; ``algorithm_options`` are the algorithm plugin's values."""
+        shared = {name: getattr(config, RUN_NAMES.get(name, name)) for name in _shared()}
+        return cls(**shared, algorithm_options=dict(algorithm_options),
+                   minibatches=config.minibatches or 1,
+                   filter_zero_variance=not config.keep_zero_variance_groups,
+                   global_batch_size=config.groups_per_step * config.group_size)
 
     def validate(self) -> None:
-        """ConfigError naming the first field whose value cannot work."""
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, float) and not math.isfinite(value):
-                raise ConfigError(f"TrainConfig.{f.name} is {value!r}; expected a finite number")
-        positive = {"lr": self.lr, "temperature": self.temperature,
-                    "micro_batch_size": self.micro_batch_size, "adam_eps": self.adam_eps,
-                    "minibatches": self.minibatches}
-        for name, value in positive.items():
-            if value <= 0:
-                raise ConfigError(f"TrainConfig.{name} is {value!r}; it must be positive")
-        non_negative = {"min_lr": self.min_lr, "warmup_steps": self.warmup_steps,
-                        "weight_decay": self.weight_decay, "grad_clip": self.grad_clip,
-                        "kl_coef": self.kl_coef,
-                        "entropy_coef": self.entropy_coef,
-                        "moe_aux_loss_coeff": self.moe_aux_loss_coeff}
-        for name, value in non_negative.items():
-            if value < 0:
-                raise ConfigError(f"TrainConfig.{name} is {value!r}; it must not be negative")
+        """ConfigError naming the first field whose value cannot work: a shared field by its
+        run option's check, the trainer's own fields here."""
+        for name, spec in _shared().items():
+            value = getattr(self, name)
+            if value is None and (spec.optional or name in _UNBOUNDED):
+                continue
+            spec.coerce(value, f"TrainConfig.{name}")
+        positive = {"adam_eps": self.adam_eps, "minibatches": self.minibatches}
+        non_negative = {"weight_decay": self.weight_decay, "grad_clip": self.grad_clip}
+        for name, value in {**positive, **non_negative}.items():
+            if not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ConfigError(f"TrainConfig.{name} is {value!r}; expected a finite number")
+            if value < 0 or (name in positive and value == 0):
+                raise ConfigError(f"TrainConfig.{name} is {value!r}; it must be "
+                                  f"{'positive' if name in positive else 'not negative'}")
         if self.clip_eps is not None and self.clip_eps < 0:
             raise ConfigError(f"TrainConfig.clip_eps is {self.clip_eps!r}; it must not be "
                               "negative")
-        if self.tis_cap is not None and self.tis_cap <= 0:
-            raise ConfigError(f"TrainConfig.tis_cap is {self.tis_cap!r}; the importance-weight "
-                              "cap must be positive (leave it unset to turn TIS off)")
-        if self.micro_batch_tokens is not None and self.micro_batch_tokens < 1:
-            raise ConfigError(f"TrainConfig.micro_batch_tokens is {self.micro_batch_tokens!r}; "
-                              "it must be positive (leave it unset for no token bound)")
-        if self.max_new_tokens is not None and self.max_new_tokens < 1:
-            raise ConfigError(f"TrainConfig.max_new_tokens is {self.max_new_tokens!r}; it must "
-                              "be positive")
-        if not isinstance(self.algorithm, str) or not self.algorithm:
-            raise ConfigError(f"TrainConfig.algorithm is {self.algorithm!r}; expected the name "
-                              "of an algorithm plugin")
         if not isinstance(self.algorithm_options, dict) or not all(
                 isinstance(key, str) for key in self.algorithm_options):
             raise ConfigError("TrainConfig.algorithm_options must be a dict of option name to "
                               f"value, got {self.algorithm_options!r}")
-        if self.dtype not in TRAIN_DTYPES:
-            raise ConfigError(f"TrainConfig.dtype is {self.dtype!r}; expected one of "
-                              f"{', '.join(TRAIN_DTYPES)}")
-        if self.lr_decay_style not in LR_DECAY_STYLES:
-            raise ConfigError(f"TrainConfig.lr_decay_style is {self.lr_decay_style!r}; "
-                              f"expected one of {', '.join(LR_DECAY_STYLES)}")
         if self.lr_decay_style != "constant" and not self.lr_decay_steps:
             raise ConfigError(f"TrainConfig.lr_decay_style {self.lr_decay_style!r} needs "
                               "lr_decay_steps (the number of steps to decay over)")
@@ -125,3 +138,7 @@ class TrainConfig:
         if self.global_batch_size is not None and self.global_batch_size < 1:
             raise ConfigError(f"TrainConfig.global_batch_size is {self.global_batch_size!r}; "
                               "it must be positive")
+
+
+#: shared fields a standalone TrainConfig may leave unset though the run always sets them
+_UNBOUNDED = frozenset({"micro_batch_tokens", "max_new_tokens"})
