@@ -36,6 +36,7 @@ from rollyard.run.preflight import (
     run_splits,
 )
 from rollyard.run.ray_cluster import local_cluster_dir, start_ray, stop_ray
+from rollyard.run.remote_backend import preflight_remote, remote_backend
 from rollyard.run.resume import check_checkpoint_model, find_checkpoint
 from rollyard.run.rollout_workers import RolloutPool, RolloutSpec
 from rollyard.run.run_state import RolloutSnapshot, RunCheckpoints, take_snapshot
@@ -265,6 +266,7 @@ def run_training(config: RunConfig, manager: PluginManager,
     check_layout(str(model_dir), train_config, config.train_tp, config.train_dp,
                  ep=config.train_ep)
     counts = selection.preflight(model_dir)
+    preflight_remote(config)  # env servers answer and take the token, before anything starts
     make_source({label: c.train for label, c in counts.items()}, selection.weights,
                 config.seed, config.groups_per_step)  # a mix that starves one is refused here
     if config.model_defaults == "pretrained" and not resume:  # checked input only
@@ -461,6 +463,10 @@ class RunSession:
 
     async def start_pools(self) -> EnvironmentPools:
         """Every environment's rollout workers."""
+        if self.config.rollout_backend == "remote":  # docs/remote.md
+            pools = {label: await asyncio.to_thread(remote_backend, spec, self.config)
+                     for label, spec in self.rollout_specs().items()}
+            return EnvironmentPools(pools)
         pools = {label: await asyncio.to_thread(RolloutPool, spec, self.config.rollout_workers)
                  for label, spec in self.rollout_specs().items()}
         return EnvironmentPools(pools)
