@@ -55,7 +55,8 @@ class EnvServer:
         app = web.Application(middlewares=[token_middleware(self.token)],
                               client_max_size=MAX_BODY)
         app.add_routes([
-            web.get("/health", self.health), web.post("/v1/session", self.open_session),
+            web.get("/health", self.health), web.get("/v1/hello", self.health),
+            web.post("/v1/session", self.open_session),
             web.get("/v1/tasks", self.tasks), web.post("/v1/group", self.group),
             web.post("/v1/cancel", self.cancel), web.post("/v1/evaluate", self.evaluate),
             web.get("/v1/state", self.state), web.post("/v1/state", self.load_state)])

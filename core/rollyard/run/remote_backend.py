@@ -78,6 +78,31 @@ def server_urls(text: str | None) -> list[str]:
     return urls
 
 
+def check_servers(urls: list[str], token: str | None, plugin: str,
+                  ssl_context: ssl.SSLContext | None = None) -> None:
+    """The preflight, before anything starts: every server answers, takes the token and
+    serves ``plugin``; a ConfigError in one line otherwise."""
+    async def check() -> None:
+        async with aiohttp.ClientSession(headers=auth_header(token)) as http:
+            for url in urls:
+                try:
+                    async with http.get(f"{url}/v1/hello", ssl=ssl_context or True,
+                                        timeout=aiohttp.ClientTimeout(
+                                            total=PREFLIGHT_TIMEOUT_S)) as response:
+                        if response.status == 401:
+                            raise ConfigError(f"--env-server {url}: 401, the token of "
+                                              "--env-token-file is not the server's")
+                        served = (await response.json())["rollout_plugin"]
+                except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                    raise ConfigError(f"--env-server {url}: unreachable ({type(exc).__name__}"
+                                      f": {exc}); is `rollyard env-server` running there?"
+                                      ) from None
+                if served != plugin:
+                    raise ConfigError(f"--env-server {url} serves rollout {served!r}, this "
+                                      f"run's --rollout-plugin is {plugin!r}")
+    asyncio.run(check())
+
+
 class RemoteBackend:
     """One environment's rollouts on env servers; the methods of RolloutBackend."""
 
@@ -182,9 +207,10 @@ class RemoteBackend:
         try:
             results = await asyncio.gather(*jobs)
         finally:
+            running = {s.url: set(s.running) for s in self.servers}
             for job in jobs:
                 job.cancel()
-            await self._cancel_running()
+            await self._cancel_running(running)
         samples: list[Sample] = []
         metrics: dict[str, list[float]] = {}
         for got, group_metrics in results:
@@ -227,11 +253,14 @@ class RemoteBackend:
         return [placeholder(Task(id=f"train[{task}]", prompt=""), SampleStatus.FAILED, reason,
                             group_id) for _ in range(self.group_size)], {}
 
-    async def _cancel_running(self) -> None:
+    async def _cancel_running(self, running: dict[str, set[str]] | None = None) -> None:
         """Cancel, on every server, what this backend asked of it and no longer waits for
-        (a step that ended, a stop); a server found dead keeps what it had."""
+        (``running``: ids by server URL; default: what runs now), as a step ends or the run
+        stops."""
+        running = running or {s.url: set(s.running) for s in self.servers}
+
         async def one(server: Server) -> None:
-            ids = sorted(server.running)
+            ids = sorted(running.get(server.url, ()))
             if not ids:
                 return
             try:
@@ -281,3 +310,23 @@ class RemoteBackend:
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(timeout=5)
+
+
+def remote_backend(config: Any, spec: RolloutSpec) -> RemoteBackend:
+    """The RemoteBackend of a run's ``--env-server`` options (``config``: its RunConfig)."""
+    from rollyard.env_server.wire import read_token
+
+    return RemoteBackend(spec, server_urls(config.env_server),
+                         read_token(config.env_token_file, "--env-token-file"),
+                         config.env_concurrency, config.env_timeout,
+                         config.env_max_starts_per_s)
+
+
+def preflight(config: Any) -> None:
+    """:func:`check_servers` of a run's ``--env-server`` options, when it uses them."""
+    from rollyard.env_server.wire import read_token
+
+    if config.rollout_backend == "remote":
+        check_servers(server_urls(config.env_server),
+                      read_token(config.env_token_file, "--env-token-file"),
+                      config.rollout_plugin)
