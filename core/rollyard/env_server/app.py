@@ -18,6 +18,7 @@ from aiohttp import web
 
 from rollyard.env_server.wire import MAX_BODY, open_state, sample_to_data, seal_state
 from rollyard.errors import RollyardError, describe_error
+from rollyard.run.faults import fault_point
 from rollyard.run.rollout_workers import RolloutSpec, RolloutWorker
 
 #: Builds the worker of a session from the trainer's spec (the server's plugin in it).
@@ -92,6 +93,7 @@ class EnvServer:
         worker, group_id = self._worker(), str(body["id"])
         task = self.groups.get(group_id)
         if task is None:
+            fault_point("group", int(body.get("step", 0)))  # tests: a server dying mid-step
             task = asyncio.ensure_future(worker.collect([int(body["task"])], [body.get("seed")],
                                                         int(body.get("step", 0))))
             self.groups[group_id] = task
@@ -99,7 +101,7 @@ class EnvServer:
             samples, metrics = await asyncio.shield(task)
         except asyncio.CancelledError:
             if task.cancelled():
-                return web.json_response({"cancelled": True}, status=409)
+                return web.json_response({"cancelled": True})
             raise  # this request's client went away; the group runs on for a retry
         finally:
             if task.done():
