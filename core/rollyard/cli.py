@@ -15,8 +15,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from rollyard.env_server.command import DESCRIPTION as ENV_SERVER_DESCRIPTION
-from rollyard.env_server.command import add_server_arguments, serve
+from rollyard.env_server.command import add_server_arguments
 from rollyard.errors import MissingTrainStack, RollyardError, describe_error
 from rollyard.interfaces import Command
 from rollyard.listing import plugins_table
@@ -86,13 +85,6 @@ def build_parser(manager: PluginManager) -> argparse.ArgumentParser:
                           help="print the metrics as one JSON object")
     eval_flags = TrainFlags(evaluate, manager, resumable=False)
     evaluate.set_defaults(handler=lambda args: cmd_eval(eval_flags, args, manager))
-
-    env_server = subparsers.add_parser(
-        "env-server", help="serve a rollout plugin over HTTP for remote rollouts",
-        description=ENV_SERVER_DESCRIPTION, allow_abbrev=False)
-    server_flags = TrainFlags(env_server, manager, resumable=False)
-    add_server_arguments(env_server)
-    env_server.set_defaults(handler=lambda args: serve(server_flags, args, manager))
 
     server = subparsers.add_parser(
         "env-server", help="serve a rollout plugin over authenticated HTTP (docs/remote.md)",

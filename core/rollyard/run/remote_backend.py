@@ -282,10 +282,18 @@ class RemoteBackend:
                 answer["metrics"])
 
     def state_dicts(self) -> list[Any]:
-        """Each server's rollout state (sealed by it), in ``--env-server`` order."""
+        """Each server's rollout state (sealed by it), in ``--env-server`` order; None for a
+        server that is down (it starts afresh on a resume)."""
+        async def one(server: Server) -> Any:
+            try:
+                return (await self._call(server, "GET", "/v1/state", self.timeout_s))["state"]
+            except ServerLost:
+                server.alive = False
+                return None
+
         async def all_states() -> list[Any]:
-            return [(await self._call(s, "GET", "/v1/state", self.timeout_s))["state"]
-                    for s in self.servers]
+            await self._revive()
+            return [await one(s) if s.alive else None for s in self.servers]
         return self._run(all_states())
 
     def load_state_dicts(self, states: list[Any]) -> None:
@@ -295,6 +303,8 @@ class RemoteBackend:
 
         async def load() -> None:
             for server, state in zip(self.servers, states):
+                if state is None:
+                    continue
                 await self._call(server, "POST", "/v1/state", self.timeout_s,
                                  json={"state": state})
         self._run(load())
