@@ -36,7 +36,6 @@ from rollyard.run.preflight import (
     run_splits,
 )
 from rollyard.run.ray_cluster import local_cluster_dir, start_ray, stop_ray
-from rollyard.run.remote_backend import preflight_remote, remote_backend
 from rollyard.run.resume import check_checkpoint_model, find_checkpoint
 from rollyard.run.rollout_backend import RolloutBackend
 from rollyard.run.rollout_workers import RolloutPool, RolloutSpec
@@ -271,7 +270,6 @@ def run_training(config: RunConfig, manager: PluginManager,
         from rollyard.run.remote_backend import preflight
 
         preflight(config)
-    preflight_remote(config)  # env servers answer and take the token, before anything starts
     make_source({label: c.train for label, c in counts.items()}, selection.weights,
                 config.seed, config.groups_per_step)  # a mix that starves one is refused here
     if config.model_defaults == "pretrained" and not resume:  # checked input only
@@ -476,10 +474,6 @@ class RunSession:
 
     async def start_pools(self) -> EnvironmentPools:
         """Every environment's rollout workers."""
-        if self.config.rollout_backend == "remote":  # docs/remote.md
-            pools = {label: await asyncio.to_thread(remote_backend, spec, self.config)
-                     for label, spec in self.rollout_specs().items()}
-            return EnvironmentPools(pools)
         pools = {label: await asyncio.to_thread(self._backend, spec)
                  for label, spec in self.rollout_specs().items()}
         return EnvironmentPools(pools)
