@@ -15,6 +15,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from rollyard.env_server.command import add_server_arguments
 from rollyard.errors import MissingTrainStack, RollyardError, describe_error
 from rollyard.interfaces import Command
 from rollyard.listing import plugins_table
@@ -85,6 +86,15 @@ def build_parser(manager: PluginManager) -> argparse.ArgumentParser:
     eval_flags = TrainFlags(evaluate, manager, resumable=False)
     evaluate.set_defaults(handler=lambda args: cmd_eval(eval_flags, args, manager))
 
+    server = subparsers.add_parser(
+        "env-server", help="serve a rollout plugin over authenticated HTTP (docs/remote.md)",
+        description="Serve --rollout-plugin (its tasks, episodes and rewards) to trainers run "
+                    "with --rollout-backend remote. Takes the rollout plugin's options.",
+        allow_abbrev=False)
+    server_flags = TrainFlags(server, manager, resumable=False)
+    add_server_arguments(server)
+    server.set_defaults(handler=lambda args: cmd_env_server(server_flags, args, manager))
+
     _command_parsers(subparsers, manager)
     return parser
 
@@ -128,6 +138,12 @@ def cmd_eval(flags: TrainFlags, args: argparse.Namespace, manager: PluginManager
         table.add_row(key, f"{value:.4g}")
     Console().print(table)
     return 0
+
+
+def cmd_env_server(flags: TrainFlags, args: argparse.Namespace, manager: PluginManager) -> int:
+    from rollyard.env_server.command import serve
+
+    return serve(flags.config(vars(args), args.argv), manager, args)
 
 
 def _short_warning(message, category, filename, lineno, line=None) -> str:

@@ -150,6 +150,24 @@ class RunConfig:
              "from its declared requirements (isolated), the core's environment (shared), or "
              "what the rollout class declares (auto: isolated if Rollout.isolated); "
              "docs/isolation.md")
+    # the remote rollout backend (docs/remote.md), declared together
+    rollout_backend: Literal["ray", "remote"] = option(
+        "ray", group=ROLLOUT,
+        help="where the rollout plugin runs: Ray actors of this run (ray), or `rollyard "
+             "env-server` processes reached over HTTP (remote: --env-server); docs/remote.md")
+    env_server: str | None = option(None, group=ROLLOUT, metavar="URL[,URL…]",
+                                    help="with --rollout-backend remote: the env servers")
+    env_token_file: str | None = option(None, group=ROLLOUT, metavar="FILE",
+                                        help="file holding the env servers' bearer token")
+    env_concurrency: int = option(8, group=ROLLOUT, check=positive,
+                                  help="groups in flight per env server, at most")
+    env_timeout: float = option(600.0, group=ROLLOUT, check=positive, metavar="S",
+                                help="seconds one group's request may take before its env "
+                                     "server counts as hung and the group goes elsewhere")
+    env_max_starts_per_s: float = option(
+        0.0, group=ROLLOUT, check=non_negative, metavar="R",
+        help="start at most R groups per second on the env servers, with jitter (0: no "
+             "limit)")
     max_new_tokens: int = option(24, group=ROLLOUT, check=positive,
                                  help="most tokens generated per turn")
     temperature: float = option(1.0, group=ROLLOUT, check=positive, help="sampling temperature")
@@ -373,7 +391,8 @@ RESUME_SAFE = frozenset({"steps", "save_interval", "max_seconds", "stop_timeout"
                          "failure_threshold", "rollout_timeout", "num_cpus", "ray_address",
                          "engine_url", "weight_sync", "log_samples_every", "eval_interval",
                          "eval_tasks", "eval_samples", "eval_temperature", "rollout_env",
-                         "rollout_resources"})
+                         "rollout_resources", "env_server", "env_token_file",
+                         "env_concurrency", "env_timeout", "env_max_starts_per_s"})
 
 
 def core_specs() -> list[OptionSpec]:

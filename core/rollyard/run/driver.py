@@ -38,6 +38,7 @@ from rollyard.run.preflight import (
 )
 from rollyard.run.ray_cluster import local_cluster_dir, start_ray, stop_ray
 from rollyard.run.resume import check_checkpoint_model, find_checkpoint
+from rollyard.run.rollout_backend import RolloutBackend
 from rollyard.run.rollout_workers import RolloutPool, RolloutSpec
 from rollyard.run.run_state import RolloutSnapshot, RunCheckpoints, take_snapshot
 from rollyard.run.signals import RunStopped, StopNotSaved, StopSignals
@@ -243,6 +244,10 @@ def run_training(config: RunConfig, manager: PluginManager,
     check_layout(str(model_dir), train_config, config.train_tp, config.train_dp,
                  ep=config.train_ep)
     counts = selection.preflight(model_dir)
+    if config.rollout_backend == "remote":  # the env servers answer, with this token
+        from rollyard.run.remote_backend import preflight
+
+        preflight(config)
     make_source({label: c.train for label, c in counts.items()}, selection.weights,
                 config.seed, config.groups_per_step)  # a mix that starves one is refused here
     if config.model_defaults == "pretrained" and not resume:  # checked input only
@@ -437,9 +442,17 @@ class RunSession:
     def rollout_specs(self) -> dict[str, RolloutSpec]:
         return self.selection.specs(self.model_dir, self.fleet.urls)
 
+    def _backend(self, spec: RolloutSpec) -> RolloutBackend:
+        """``--rollout-backend``: Ray actors of this run, or env servers over HTTP."""
+        if self.config.rollout_backend == "remote":
+            from rollyard.run.remote_backend import remote_backend
+
+            return remote_backend(self.config, spec)
+        return RolloutPool(spec, self.config.rollout_workers)
+
     async def start_pools(self) -> EnvironmentPools:
         """Every environment's rollout workers."""
-        pools = {label: await asyncio.to_thread(RolloutPool, spec, self.config.rollout_workers)
+        pools = {label: await asyncio.to_thread(self._backend, spec)
                  for label, spec in self.rollout_specs().items()}
         return EnvironmentPools(pools)
 

@@ -12,7 +12,8 @@ point. ACTION is
   step's episodes, signal or not, as a step that takes minutes would (the driver says so when
   the step's rollout begins).
 
-POINTs: ``rollout`` (the step's rollout begins), ``train`` (a step's samples are drawn,
+POINTs: ``rollout`` (the step's rollout begins), ``group`` (an env server starts one of the
+step's groups; docs/remote.md), ``train`` (a step's samples are drawn,
 earlier saves are complete, the update has not started), and the stages of a checkpoint save:
 ``save:trainer`` (the Megatron state is written), ``save:written`` (every part is written and
 synced, the folder not yet renamed), ``save:renamed`` (the folder is complete, the ``latest``
