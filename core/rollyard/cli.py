@@ -143,7 +143,7 @@ def cmd_eval(flags: TrainFlags, args: argparse.Namespace, manager: PluginManager
 def cmd_env_server(flags: TrainFlags, args: argparse.Namespace, manager: PluginManager) -> int:
     from rollyard.env_server.command import serve
 
-    return serve(flags.config(vars(args), args.argv), manager, args)
+    return serve(flags.config(vars(args), args.argv), manager, _command_args(args))
 
 
 def _short_warning(message, category, filename, lineno, line=None) -> str:

@@ -159,6 +159,10 @@ class RunConfig:
                                     help="with --rollout-backend remote: the env servers")
     env_token_file: str | None = option(None, group=ROLLOUT, metavar="FILE",
                                         help="file holding the env servers' bearer token")
+    env_ca_file: str | None = option(
+        None, group=ROLLOUT, metavar="PEM",
+        help="CA certificate(s) to trust for https:// env servers (a self-signed server's "
+             "own certificate works; default: the system's trust store)")
     env_concurrency: int = option(8, group=ROLLOUT, check=positive,
                                   help="groups in flight per env server, at most")
     env_timeout: float = option(600.0, group=ROLLOUT, check=positive, metavar="S",
@@ -392,7 +396,7 @@ RESUME_SAFE = frozenset({"steps", "save_interval", "max_seconds", "stop_timeout"
                          "engine_url", "weight_sync", "log_samples_every", "eval_interval",
                          "eval_tasks", "eval_samples", "eval_temperature", "rollout_env",
                          "rollout_resources", "env_server", "env_token_file",
-                         "env_concurrency", "env_timeout", "env_max_starts_per_s"})
+                         "env_ca_file", "env_concurrency", "env_timeout", "env_max_starts_per_s"})
 
 
 def core_specs() -> list[OptionSpec]:

@@ -31,6 +31,7 @@ from rollyard import (
     TransportError,
     hookimpl,
 )
+from rollyard.bearer import auth_header, read_token
 from rollyard.options import non_negative, option, positive
 
 if TYPE_CHECKING:
@@ -57,6 +58,9 @@ class SGLangTransportOptions:
                                     help="seconds for health, version and cache requests")
     update_timeout: float = option(600.0, check=positive,
                                    help="seconds an engine may take to load new weights")
+    api_key_file: str | None = option(
+        None, metavar="FILE", help="file holding the engines' API key (SGLang's --api-key, "
+                                   "--embedded-api-key-file), sent as a bearer token")
 
 
 def _number(value: Any) -> bool:
@@ -161,6 +165,8 @@ class SGLangTransport(Transport):
             if not url.startswith(("http://", "https://")):
                 raise TransportError(f"engine URL {url!r} must start with http:// or https://")
         super().__init__(urls, options)
+        self._headers = auth_header(read_token(self.options.api_key_file,
+                                               "--sglang-transport-api-key-file"))
         self._session: aiohttp.ClientSession | None = None
         self._session_loop: asyncio.AbstractEventLoop | None = None
         self._next = 0
@@ -192,6 +198,7 @@ class SGLangTransport(Transport):
         if self._session is None or self._session.closed or self._session_loop is not loop:
             # A session belongs to the event loop it was made in; a new loop needs a new one.
             self._session = aiohttp.ClientSession(
+                headers=self._headers,
                 connector=aiohttp.TCPConnector(limit=self.options.max_connections))
             self._session_loop = loop
         return self._session
@@ -224,6 +231,10 @@ class SGLangTransport(Transport):
                 raise TransportError(f"{method} {path} failed: {type(exc).__name__}: {exc}",
                                      url=url) from exc
         text = body.decode(errors="replace")
+        if status == 401:
+            raise TransportError(f"{method} {path} returned HTTP 401: the engine wants an API "
+                                 "key (--sglang-transport-api-key-file: the file of the "
+                                 "engine's --api-key)", url=url)
         if status != 200:
             raise TransportError(f"{method} {path} returned HTTP {status}: {_error_text(text)}",
                                  url=url)

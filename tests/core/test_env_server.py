@@ -214,3 +214,30 @@ def test_tls_with_a_self_signed_certificate(spec, tmp_path) -> None:
             remote.close()
     finally:
         served.stop()
+
+
+def test_the_start_limiter_spaces_starts_with_jitter() -> None:
+    """--env-max-starts-per-s 20: ten starts asked at once take nine intervals (50 ms) at
+    least, each late by at most half an interval of jitter, and not in lockstep."""
+    import itertools
+    import random
+
+    from rollyard.run.remote_backend import StartLimiter
+
+    async def starts(rate: float, seed: int) -> list[float]:
+        limiter = StartLimiter(rate, random.Random(seed))
+        began: list[float] = []
+
+        async def start() -> None:
+            await limiter.wait()
+            began.append(time.monotonic())
+        t0 = time.monotonic()
+        await asyncio.gather(*(start() for _ in range(10)))
+        return [t - t0 for t in sorted(began)]
+
+    times = asyncio.run(starts(20.0, 0))
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert times[-1] >= 9 * 0.05 - 0.005  # a sleep ends late, never early
+    assert times[-1] <= 9 * 0.05 + 10 * 0.025 + 1.0  # the jitter is bounded
+    assert max(gaps) - min(gaps) > 0.002  # jittered, not evenly spaced
+    assert asyncio.run(starts(0.0, 0))[-1] < 0.05  # 0: no limit

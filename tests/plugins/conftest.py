@@ -32,13 +32,15 @@ HttpJson = Callable[..., tuple[int, Any]]
 
 @pytest.fixture(scope="session")
 def http() -> HttpJson:
-    """``http(url, path, body=None, timeout=60) -> (status, decoded JSON or text)``; POSTs
-    when a body is given (a str is sent as is), GETs otherwise."""
+    """``http(url, path, body=None, timeout=60, headers=None) -> (status, decoded JSON or
+    text)``; POSTs when a body is given (a str is sent as is), GETs otherwise."""
 
-    def call(url: str, path: str, body: Any = None, timeout: float = 60) -> tuple[int, Any]:
+    def call(url: str, path: str, body: Any = None, timeout: float = 60,
+             headers: dict[str, str] | None = None) -> tuple[int, Any]:
         data = None if body is None else (body if isinstance(body, str) else json.dumps(body))
         request = urllib.request.Request(url + path, data=None if data is None else data.encode(),
-                                         headers={"Content-Type": "application/json"})
+                                         headers={"Content-Type": "application/json",
+                                                  **(headers or {})})
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:
                 status, raw = response.status, response.read().decode()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import math
 import pathlib
@@ -14,9 +15,10 @@ from rollyard_plugins.embedded_engine.process import free_port, launch_server
 PROMPT = [1, 282, 201, 398, 428, 347, 485, 2, 201, 1, 280, 201]
 
 
-def _generate(http, url: str, prompt: list[int], **sampling) -> dict:
+def _generate(http, url: str, prompt: list[int], headers: dict | None = None,
+              **sampling) -> dict:
     status, reply = http(url, "/generate", {"input_ids": prompt, "return_logprob": True,
-                                            "sampling_params": sampling})
+                                            "sampling_params": sampling}, headers=headers)
     assert status == 200, reply
     return reply
 
@@ -26,9 +28,9 @@ def _concurrently(calls) -> list:
         return list(pool.map(lambda call: call(), calls))
 
 
-def _wait_until_running(http, url: str) -> None:
+def _wait_until_running(http, url: str, headers: dict | None = None) -> None:
     deadline = time.monotonic() + 30
-    while http(url, "/get_server_info")[1]["running"] == 0:
+    while http(url, "/get_server_info", headers=headers)[1]["running"] == 0:
         assert time.monotonic() < deadline, "the request never started"
         time.sleep(0.01)
 
@@ -161,26 +163,50 @@ def test_weight_update_waits_for_running_requests(embedded_engine, http, tiny_mo
 
 
 @pytest.mark.slow
-def test_rollyard_engine_serve_with_the_abort_policy(tiny_model_dir, other_model_dir, http,
-                                                     tmp_path) -> None:
+def test_rollyard_engine_serve_with_the_abort_policy_behind_an_api_key(
+        tiny_model_dir, other_model_dir, http, tmp_path) -> None:
+    from rollyard import GenerateRequest, SamplingParams, TransportError
+    from rollyard_plugins.sglang_transport import SGLangTransport
+
+    key_file = tmp_path / "engine.key"
+    key_file.write_text("s3cret\n")
     port = free_port()
     rollyard = pathlib.Path(sys.executable).with_name("rollyard")
     handle = launch_server(
         [str(rollyard), "engine", "serve", "--model", str(tiny_model_dir), "--port", str(port),
-         "--threads", "1", "--weight-update-policy", "abort"],
+         "--threads", "1", "--weight-update-policy", "abort", "--api-key-file", str(key_file)],
         f"http://127.0.0.1:{port}", name="cli", timeout=120, log_dir=str(tmp_path))
+    key = {"Authorization": "Bearer s3cret"}
     try:
+        assert http(handle.url, "/generate", {"input_ids": PROMPT})[0] == 401
+        assert http(handle.url, "/get_server_info", headers={"Authorization": "Bearer x"}
+                    )[0] == 401
+        assert http(handle.url, "/health")[0] == 200  # probes need no key, as in SGLang
+
+        async def through_transport(options: dict) -> list[int]:
+            transport = SGLangTransport([handle.url], options)
+            try:
+                result = await transport.generate(GenerateRequest(
+                    PROMPT, SamplingParams(max_new_tokens=2)))
+            finally:
+                await transport.close()
+            return result.output_ids
+        assert 1 <= len(asyncio.run(through_transport({"api_key_file": str(key_file)}))) <= 2
+        with pytest.raises(TransportError, match=r"401.*--sglang-transport-api-key-file"):
+            asyncio.run(through_transport({}))
+
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             running = pool.submit(_generate, http, handle.url, PROMPT, max_new_tokens=400,
-                                  ignore_eos=True, temperature=0)
-            _wait_until_running(http, handle.url)
+                                  ignore_eos=True, temperature=0, headers=key)
+            _wait_until_running(http, handle.url, headers=key)
             status, update = http(handle.url, "/update_weights_from_disk",
-                                  {"model_path": str(other_model_dir), "weight_version": "2"})
+                                  {"model_path": str(other_model_dir), "weight_version": "2"},
+                                  headers=key)
             aborted = running.result()
         assert status == 200 and update["success"] is True
         assert aborted["meta_info"]["finish_reason"]["type"] == "abort"
         assert len(aborted["output_ids"]) < 400
-        after = _generate(http, handle.url, PROMPT, max_new_tokens=2)
+        after = _generate(http, handle.url, PROMPT, max_new_tokens=2, headers=key)
         assert after["meta_info"]["weight_version"] == "2"
     finally:
         handle.stop()

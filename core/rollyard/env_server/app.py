@@ -10,12 +10,12 @@ its id: a repeated id waits on the same task), ``POST /v1/cancel`` cancels group
 from __future__ import annotations
 
 import asyncio
-import hmac
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
+from rollyard.bearer import bearer_middleware
 from rollyard.env_server.wire import MAX_BODY, open_state, sample_to_data, seal_state
 from rollyard.errors import RollyardError, describe_error
 from rollyard.run.faults import fault_point
@@ -23,22 +23,6 @@ from rollyard.run.rollout_workers import RolloutSpec, RolloutWorker
 
 #: Builds the worker of a session from the trainer's spec (the server's plugin in it).
 WorkerFactory = Callable[[dict[str, Any]], RolloutWorker]
-
-
-def token_middleware(token: str | None) -> Any:
-    """401 for any request but ``GET /health`` whose bearer token is not ``token``."""
-    expected = f"Bearer {token}".encode() if token else None
-
-    @web.middleware
-    async def check(request: web.Request, handler: Callable[..., Awaitable[Any]]) -> Any:
-        if expected is not None and not (request.method == "GET" and request.path == "/health"):
-            given = request.headers.get("Authorization", "").encode()
-            if not hmac.compare_digest(given, expected):
-                return web.json_response({"error": "missing or wrong bearer token"},
-                                         status=401)
-        return await handler(request)
-
-    return check
 
 
 class EnvServer:
@@ -53,7 +37,7 @@ class EnvServer:
         self.cancelled: list[str] = []
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[token_middleware(self.token)],
+        app = web.Application(middlewares=[bearer_middleware(self.token)],
                               client_max_size=MAX_BODY)
         app.add_routes([
             web.get("/health", self.health), web.get("/v1/hello", self.health),
@@ -148,15 +132,16 @@ class EnvServer:
         await self._drop_worker()
 
 
-def worker_factory(plugin_config: dict[str, Any]) -> WorkerFactory:
+def worker_factory(plugin_config: dict[str, Any], model_dir: str | None = None) -> WorkerFactory:
     """Workers of the server's rollout plugin: the trainer's spec with the server's
-    ``rollout_plugin`` and plugin option tables (``plugin_config``) over it."""
+    ``rollout_plugin`` and plugin option tables (``plugin_config``) over it, and the
+    server's own copy of the model folder (``model_dir``) if it has one."""
 
     def make(spec: dict[str, Any]) -> RolloutWorker:
         config = {**spec["config"], **plugin_config}
         return RolloutWorker(RolloutSpec(config=config,
                                          reward_weights=dict(spec["reward_weights"]),
-                                         model_dir=spec["model_dir"],
+                                         model_dir=model_dir or spec["model_dir"],
                                          engine_urls=list(spec["engine_urls"])), 0)
 
     return make

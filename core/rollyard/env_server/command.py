@@ -7,10 +7,12 @@ import ipaddress
 import socket
 import ssl
 import sys
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+from rollyard.bearer import read_token
 from rollyard.config import RunConfig
-from rollyard.env_server.wire import read_token
 from rollyard.errors import ConfigError
 from rollyard.plugin_options import table_of
 from rollyard.plugins import PluginManager
@@ -24,6 +26,9 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--port", type=int, default=8765, help="port (default: 8765; 0: any)")
     group.add_argument("--token-file", metavar="FILE", default=None,
                        help="file holding the bearer token every request but GET /health needs")
+    group.add_argument("--model-dir", metavar="DIR", default=None,
+                       help="the run's model folder (its tokenizer) on this machine (default: "
+                            "the path the trainer sends, for a shared file system)")
     group.add_argument("--tls-cert", metavar="PEM", default=None, help="TLS certificate")
     group.add_argument("--tls-key", metavar="PEM", default=None, help="TLS private key")
 
@@ -62,7 +67,7 @@ def plugin_config(config: RunConfig, manager: PluginManager) -> dict[str, Any]:
     return {"rollout_plugin": name, **({table: data[table]} if table in data else {})}
 
 
-def serve(config: RunConfig, manager: PluginManager, args: argparse.Namespace) -> int:
+def serve(config: RunConfig, manager: PluginManager, args: SimpleNamespace) -> int:
     """Serve ``config``'s rollout plugin until SIGINT/SIGTERM."""
     from aiohttp import web
 
@@ -73,7 +78,10 @@ def serve(config: RunConfig, manager: PluginManager, args: argparse.Namespace) -
         raise ConfigError(f"--host {args.host}: a non-loopback address needs --token-file "
                           "(anyone who reaches it could run episodes)")
     context = tls_context(args.tls_cert, args.tls_key)
-    server = EnvServer(worker_factory(plugin_config(config, manager)), token,
+    if args.model_dir is not None and not Path(args.model_dir, "config.json").is_file():
+        raise ConfigError(f"--model-dir {args.model_dir}: no model folder there (no "
+                          "config.json)")
+    server = EnvServer(worker_factory(plugin_config(config, manager), args.model_dir), token,
                        config.rollout_plugin)
     sock = socket.create_server((args.host, args.port), reuse_port=False)
     scheme = "https" if context else "http"

@@ -1,5 +1,5 @@
-"""What the env server and the remote backend exchange: samples as JSON, the bearer token,
-and rollout states signed by the server that made them."""
+"""What the env server and the remote backend exchange: samples as JSON, and rollout states
+signed by the server that made them."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import dataclasses
 import hashlib
 import hmac
 import pickle
-from pathlib import Path
 from typing import Any
 
 from rollyard.errors import ConfigError
@@ -16,23 +15,6 @@ from rollyard.types import Sample, SampleStatus
 
 #: The largest request body a server accepts (a session's spec, a state to load).
 MAX_BODY = 64 * 1024 * 1024
-
-
-def read_token(path: str | None, flag: str) -> str | None:
-    """The bearer token in the file ``path`` (``flag`` names it in errors); None: no file."""
-    if path is None:
-        return None
-    try:
-        token = Path(path).read_text().strip()
-    except OSError as exc:
-        raise ConfigError(f"{flag} {path!r}: {exc.strerror or exc}") from None
-    if not token:
-        raise ConfigError(f"{flag} {path!r} is empty")
-    return token
-
-
-def auth_header(token: str | None) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 def sample_to_data(sample: Sample) -> dict[str, Any]:

@@ -23,7 +23,8 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from rollyard.env_server.wire import auth_header, sample_from_data
+from rollyard.bearer import auth_header, read_token
+from rollyard.env_server.wire import sample_from_data
 from rollyard.errors import ConfigError
 from rollyard.run.collect import placeholder
 from rollyard.run.rollout_workers import RolloutSpec
@@ -118,6 +119,9 @@ class RemoteBackend:
                                         name="remote-backend")
         self._thread.start()
         self._serial = 0
+        #: the groups of the collect in progress, which a close must end
+        self._jobs: set[asyncio.Future] = set()
+        self.closing = False
         #: groups retried on another server, and what the servers' cancels reached
         self.retries = 0
         self.cancelled: list[str] = []
@@ -204,9 +208,11 @@ class RemoteBackend:
             ids.append(f"s{step}-{self._serial}")
         jobs = [asyncio.ensure_future(self._group(gid, task, seed, step))
                 for gid, task, seed in zip(ids, tasks, seeds)]
+        self._jobs.update(jobs)
         try:
             results = await asyncio.gather(*jobs)
         finally:
+            self._jobs.difference_update(jobs)
             running = {s.url: set(s.running) for s in self.servers}
             for job in jobs:
                 job.cancel()
@@ -225,7 +231,7 @@ class RemoteBackend:
                 "engine_urls": self.spec.engine_urls}
         deadline = time.monotonic() + 2 * self.timeout_s + PREFLIGHT_TIMEOUT_S
         tried: list[str] = []
-        while time.monotonic() < deadline:
+        while not self.closing and time.monotonic() < deadline:
             live = [s for s in self.servers if s.alive]
             if not live:
                 await asyncio.sleep(REPROBE_S)
@@ -310,9 +316,15 @@ class RemoteBackend:
         self._run(load())
 
     def close(self, graceful: bool = True) -> None:
-        """Cancel what still runs on the servers and close the connections."""
+        """Cancel what still runs on the servers, end a collect in progress (its groups come
+        back failed) and close the connections."""
         async def shut() -> None:
             await self._cancel_running()
+            self.closing = True
+            if self._jobs:  # the cancelled groups' answers, then whatever is still waiting
+                _, waiting = await asyncio.wait(set(self._jobs), timeout=PREFLIGHT_TIMEOUT_S)
+                for job in waiting:
+                    job.cancel()
             await self.http.close()
         try:
             if hasattr(self, "http"):
@@ -322,21 +334,27 @@ class RemoteBackend:
             self._thread.join(timeout=5)
 
 
+def trusted_context(ca_file: str | None) -> ssl.SSLContext | None:
+    """The TLS context of ``--env-ca-file``; None: the system's trust store."""
+    if ca_file is None:
+        return None
+    try:
+        return ssl.create_default_context(cafile=ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"--env-ca-file {ca_file!r}: {exc}") from None
+
+
 def remote_backend(config: Any, spec: RolloutSpec) -> RemoteBackend:
     """The RemoteBackend of a run's ``--env-server`` options (``config``: its RunConfig)."""
-    from rollyard.env_server.wire import read_token
-
     return RemoteBackend(spec, server_urls(config.env_server),
                          read_token(config.env_token_file, "--env-token-file"),
                          config.env_concurrency, config.env_timeout,
-                         config.env_max_starts_per_s)
+                         config.env_max_starts_per_s, trusted_context(config.env_ca_file))
 
 
 def preflight(config: Any) -> None:
     """:func:`check_servers` of a run's ``--env-server`` options, when it uses them."""
-    from rollyard.env_server.wire import read_token
-
     if config.rollout_backend == "remote":
         check_servers(server_urls(config.env_server),
                       read_token(config.env_token_file, "--env-token-file"),
-                      config.rollout_plugin)
+                      config.rollout_plugin, trusted_context(config.env_ca_file))

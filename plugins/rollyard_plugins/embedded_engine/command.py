@@ -6,6 +6,7 @@ import argparse
 from types import SimpleNamespace
 
 from rollyard import Command, ConfigError
+from rollyard.bearer import read_token
 from rollyard.options import add_spec_arguments, construct_options, option_specs
 
 from rollyard_plugins.embedded_engine.options import SERVER_OPTIONS, EmbeddedOptions
@@ -39,6 +40,7 @@ def serve_from_args(args: SimpleNamespace) -> int:
     try:
         options = construct_options(EmbeddedOptions, "embedded",
                                     {name: getattr(args, name) for name in SERVER_OPTIONS})
+        api_key = read_token(options.api_key_file, "--api-key-file")
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -56,7 +58,7 @@ def serve_from_args(args: SimpleNamespace) -> int:
             loop.add_signal_handler(sig, task.cancel)
         await serve(args.model, args.host, args.port, options.max_batch_size,
                     options.weight_update_policy, options.threads,
-                    options.weight_sync_timeout, options.dtype)
+                    options.weight_sync_timeout, options.dtype, api_key)
 
     try:
         asyncio.run(main())

@@ -24,6 +24,8 @@ class EmbeddedEngine(Engine):
         command = [options.python or sys.executable, "-m", "rollyard_plugins.embedded_engine",
                    "--model", str(model_dir), "--host", "127.0.0.1", "--port", str(port)]
         for spec in server_specs():
-            command += [spec.flag, str(getattr(options, spec.name))]
+            value = getattr(options, spec.name)
+            if value is not None:
+                command += [spec.flag, str(value)]
         return launch_server(command, url, name="embedded", timeout=options.startup_timeout,
                              log_dir=options.log_dir)

@@ -31,6 +31,11 @@ class EmbeddedOptions:
         120.0, check=positive,
         help="seconds a weight-update process group may take to form, and one in-memory "
              "weight broadcast to arrive, before the engine gives up on it")
+    api_key_file: str | None = option(
+        None, metavar="FILE",
+        help="file holding a key every request but GET /health must carry as "
+             "'Authorization: Bearer KEY' (SGLang's --api-key); clients send it with "
+             "--sglang-transport-api-key-file")
     startup_timeout: float = option(120.0, check=positive,
                                     help="seconds to wait for the engine's /health")
     log_dir: str | None = option(None, metavar="DIR",
@@ -41,4 +46,4 @@ class EmbeddedOptions:
 
 #: The options the server process itself takes (``rollyard engine serve --threads 1 …``).
 SERVER_OPTIONS = ("max_batch_size", "weight_update_policy", "threads", "dtype",
-                  "weight_sync_timeout")
+                  "weight_sync_timeout", "api_key_file")

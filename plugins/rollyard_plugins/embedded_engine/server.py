@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from aiohttp import web
+from rollyard.bearer import bearer_middleware
 from rollyard.episodes.prompts import render_prompt
 from rollyard.weight_transfer import specs_from_body
 
@@ -47,9 +48,10 @@ class EngineServer:
                  weight_update_policy: str = "wait",
                  threads: int = EmbeddedOptions.threads,
                  weight_sync_timeout: float = EmbeddedOptions.weight_sync_timeout,
-                 dtype: str = EmbeddedOptions.dtype) -> None:
+                 dtype: str = EmbeddedOptions.dtype, api_key: str | None = None) -> None:
         from transformers import AutoTokenizer
 
+        self.api_key = api_key
         self.model_dir = str(pathlib.Path(model_dir).resolve())
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         self.scheduler = Scheduler(lambda: ModelRunner(self.model_dir, max_batch_size, dtype),
@@ -60,7 +62,8 @@ class EngineServer:
         self._update_session = False
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024**2)
+        app = web.Application(client_max_size=64 * 1024**2, middlewares=[
+            bearer_middleware(self.api_key, open_paths=("/health", "/health_generate"))])
         app.add_routes([
             web.post("/generate", self.generate), web.put("/generate", self.generate),
             web.get("/health", self.health), web.get("/health_generate", self.health),
@@ -329,10 +332,11 @@ async def serve(model_dir: str, host: str, port: int,
                 weight_update_policy: str = "wait",
                 threads: int = EmbeddedOptions.threads,
                 weight_sync_timeout: float = EmbeddedOptions.weight_sync_timeout,
-                dtype: str = EmbeddedOptions.dtype) -> None:
-    """Load the model, then serve until cancelled. Prints one ``ready`` line when listening."""
+                dtype: str = EmbeddedOptions.dtype, api_key: str | None = None) -> None:
+    """Load the model, then serve until cancelled (``api_key``: the bearer token every
+    request but the health checks needs). Prints one ``ready`` line when listening."""
     server = EngineServer(model_dir, max_batch_size, weight_update_policy, threads,
-                          weight_sync_timeout, dtype)
+                          weight_sync_timeout, dtype, api_key)
     # handler_cancellation: a client that hangs up (e.g. a transport timeout) frees its slot.
     runner = web.AppRunner(server.app(), access_log=None, handler_cancellation=True)
     await runner.setup()
