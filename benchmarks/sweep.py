@@ -7,7 +7,8 @@ table: best 3-step mean reward, mean reward of the last 10 steps, steps and wall
 
 Each ``--config`` is ``LABEL:FLAGS``; every run also gets ``--steps``, ``--seed`` and, unless
 the flags name another, the default toy task. This is how the defaults in docs/training.md were
-chosen; it measures learning per step, so it is insensitive to machine load.
+chosen (the sweeps are in benchmarks/RESULTS.md); it measures learning per step, so it is
+insensitive to machine load.
 """
 
 from __future__ import annotations

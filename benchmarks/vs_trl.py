@@ -47,7 +47,7 @@ by default; both only slow a tiny fp32 model on CPU. Everything else is TRL's de
 (``loss_type="dapo"``, ``scale_rewards="group"``, ``beta=0`` so no reference model,
 ``epsilon=0.2``, AdamW, ``max_grad_norm=1.0``). The learning rate defaults to 3e-3, the best of
 the latest sweep (3e-4, 1e-3, 3e-3 on both ops, after the toy reward was corrected; 1e-3 won the
-sweep over 3e-4 to 1e-2 on the earlier reward; docs/training.md, "Benchmark against TRL");
+sweep over 3e-4 to 1e-2 on the earlier reward; benchmarks/RESULTS.md, "Against TRL");
 ``--trl-lr-sweep`` reruns such a sweep (each rate on every op for ``--sweep-budget`` seconds) and
 gives TRL the rate with the highest mean best-3-step reward.
 
@@ -66,7 +66,7 @@ process tree); figures from runs with ``others`` above ~0.5 are not comparable.
 Metrics. ``reward``: mean summed reward of a step's samples. ``best3``: the best mean of 3
 consecutive steps. ``end``: mean of the last 3 steps. ``t>=X``: training seconds until the
 3-step mean first reaches X (``-`` if never). One run is one draw: on these toy tasks two
-runs of rollyard differ by up to ~0.15 in best3 (docs/training.md), so ``--seeds 0,1,2`` runs
+runs of rollyard differ by up to ~0.15 in best3 (benchmarks/RESULTS.md), so ``--seeds 0,1,2`` runs
 everything once per seed and adds a table of means, spreads and how many runs reached each
 threshold (the TRL learning-rate sweep, if any, runs on the first seed). Results go to
 ``benchmarks/results/vs-trl-<time>`` (``--out``): ``results.json``, ``table.md``,
@@ -98,7 +98,7 @@ TRL_PINS = ["trl==1.16.0", "transformers==5.24.0", "tokenizers", "datasets", "ac
             "matplotlib", "torch==2.13.0"]
 TORCH_PIN = "torch==2.13.0"
 GROUPS, GROUP_SIZE, MAX_NEW_TOKENS = 16, 8, 6
-#: TRL's learning rate unless a sweep picks one: the best of the last sweep (docs/training.md)
+#: TRL's learning rate unless a sweep picks one: the best of the last sweep (benchmarks/RESULTS.md)
 TRL_LR = 3e-3
 THRESHOLDS = (0.3, 0.5)
 CHECK_STEPS = 30          # steps of the rollyard run whose tasks and rewards are re-checked

@@ -36,6 +36,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from rollyard.model_facts import population_std, rewards_differ
+
 if TYPE_CHECKING:
     import torch
 
@@ -43,9 +45,6 @@ if TYPE_CHECKING:
 
 #: How the per-token policy loss becomes the step's loss (see :meth:`Algorithm.aggregate`).
 LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-
-#: A group whose rewards have a population std below this carries no learning signal.
-ZERO_VARIANCE_STD = 1e-8
 
 
 @dataclass(frozen=True)
@@ -171,11 +170,6 @@ def group_indices(group_ids: Sequence[str]) -> dict[str, list[int]]:
     return dict(members)
 
 
-def population_std(values: Sequence[float]) -> float:
-    mean = sum(values) / len(values)
-    return math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
-
-
 def group_centred(rewards: Sequence[float], group_ids: Sequence[str], *,
                   scale_by_std: bool = True, eps: float = 1e-6) -> list[float]:
     """``r - mean_g``, divided by ``std_g + eps`` (population std) with ``scale_by_std``.
@@ -187,9 +181,9 @@ def group_centred(rewards: Sequence[float], group_ids: Sequence[str], *,
     values = [0.0] * len(rewards)
     for indices in group_indices(group_ids).values():
         group = [rewards[i] for i in indices]
-        mean, std = sum(group) / len(group), population_std(group)
-        if std < ZERO_VARIANCE_STD:
+        if not rewards_differ(group):
             continue
+        mean, std = sum(group) / len(group), population_std(group)
         for i in indices:
             values[i] = (rewards[i] - mean) / (std + eps) if scale_by_std else rewards[i] - mean
     return values

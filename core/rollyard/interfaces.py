@@ -171,7 +171,8 @@ class RolloutContext:
     ``config`` is a read-only view of the run's configuration (``config.seed``,
     ``config["max_new_tokens"]``); ``options`` are the rollout's own options; ``sampling`` is
     the run's sampling (never None); ``rng`` is seeded from the run's seed and the worker;
-    ``context_length`` is the most tokens a conversation may grow to.
+    ``context_length`` is the most tokens a conversation may grow to; ``model_dir`` is the
+    model's folder (None when built without one).
     Rewards are applied by the core after ``run_group`` returns.
     """
 
@@ -201,6 +202,10 @@ class RolloutContext:
     #: The ids of the tokenizer's special tokens (EOS, chat-turn markers …); read from the
     #: tokenizer when not given.
     special_token_ids: frozenset[int] = frozenset()
+    #: The Hugging Face folder of the model the run trains (config.json, tokenizer files),
+    #: for a rollout that needs more of it than the tokenizer; None where a context is built
+    #: without a model (the testing kit, a plugin's own tests).
+    model_dir: str | None = None  # last, so positional construction keeps working
 
     def __post_init__(self) -> None:
         from rollyard.config import ConfigView, RunConfig

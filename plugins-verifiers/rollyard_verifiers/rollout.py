@@ -27,6 +27,7 @@ from rollyard import (
     SampleStatus,
     Task,
 )
+from rollyard.model_facts import model_max_tokens
 
 from rollyard_verifiers.bridge import Bridge, BridgeServer
 from rollyard_verifiers.environment import (
@@ -66,9 +67,12 @@ class VerifiersRollout(Rollout):
                                "verifiers taskset package)", plugin=self.name)
         self.concurrency = options.concurrency
         self.max_tasks: int | None = options.max_tasks
-        self.renderer_dir = _tokenizer_dir(context.tokenizer)
+        model_dir = context.model_dir  # None in a context built without a model
+        self.renderer_dir = (str(Path(model_dir).resolve()) if model_dir
+                             else _tokenizer_dir(context.tokenizer))
         self.bridge = Bridge(context.transport, model=Path(self.renderer_dir).name,
-                             max_model_len=_context_length(self.renderer_dir),
+                             max_model_len=(context.context_length if model_dir
+                                            else _context_length(self.renderer_dir)),
                              tokenizer=context.tokenizer)
         self._semaphore: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
         self._bridge_port = 0
@@ -333,9 +337,5 @@ def _tokenizer_dir(tokenizer: Any) -> str:
 
 
 def _context_length(model_dir: str) -> int | None:
-    """``max_position_embeddings`` from the model's config.json, when there is one."""
-    config = Path(model_dir) / "config.json"
-    if not config.is_file():
-        return None
-    value = json.loads(config.read_text()).get("max_position_embeddings")
-    return value if isinstance(value, int) and value > 0 else None
+    """The context length of the model in ``model_dir``, when it has a config.json."""
+    return model_max_tokens(model_dir) if (Path(model_dir) / "config.json").is_file() else None

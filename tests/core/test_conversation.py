@@ -212,8 +212,8 @@ def test_a_play_that_never_generates_fails_its_episode_with_the_reason(rollyard_
     assert "the conversation has no tokens from the model" in sample.metadata["failure"]
 
 
-def test_a_rollout_worker_gives_the_rollout_its_models_context_length(tmp_path,
-                                                                       tiny_model_dir):
+def test_a_rollout_worker_gives_the_rollout_its_models_context_length_and_folder(
+        tmp_path, tiny_model_dir):
     import json
     import shutil
 
@@ -228,7 +228,26 @@ def test_a_rollout_worker_gives_the_rollout_its_models_context_length(tmp_path,
                        ["http://127.0.0.1:1"])
     context = RolloutWorker(spec, 0).rollout.context
     assert context.context_length == 300
+    assert context.model_dir == str(model)
     assert context.tokenizer.eos_token_id in context.special_token_ids
+
+
+def test_the_preflight_builds_the_rollout_with_the_models_folder(tiny_model_dir):
+    from rollyard.config import RunConfig
+    from rollyard.model_facts import model_max_tokens
+    from rollyard.run.preflight import count_tasks
+    from rollyard_plugins.toy import StringOperationRollout, ToyOptions
+
+    seen = []
+
+    class Records(StringOperationRollout):
+        def __init__(self, context):
+            super().__init__(context)
+            seen.append(context)
+
+    count_tasks(Records, ToyOptions(), RunConfig(), tiny_model_dir, ["train"])
+    assert seen[0].model_dir == str(tiny_model_dir)
+    assert seen[0].context_length == model_max_tokens(tiny_model_dir)
 
 
 def test_the_default_context_length_is_the_tiny_models():

@@ -39,6 +39,17 @@ def test_signal_needs_two_usable_samples_with_different_rewards():
     assert not has_signal(group("a", [0.0]) + group("a", [1.0], SampleStatus.FAILED))
 
 
+def test_the_zero_variance_rule_is_the_one_the_trainer_and_the_advantages_use():
+    """rollyard.model_facts holds the rule: rewards differing by float noise are equal, and
+    group_centred gives such a group zero advantages, as the trainer drops it."""
+    from rollyard.algorithms import group_centred
+    from rollyard.model_facts import rewards_differ
+
+    assert rewards_differ([0.0, 1e-6]) and not rewards_differ([0.3, 0.3 + 1e-12])
+    assert not rewards_differ([2.0]) and not rewards_differ([])
+    assert group_centred([0.3, 0.3 + 1e-12, 0.0, 1.0], ["a", "a", "b", "b"])[:2] == [0.0, 0.0]
+
+
 def test_groups_without_signal_are_replaced_until_the_step_is_full():
     engine = Engine([True, False, False, True, False, True, True, True])
     drawn = asyncio.run(draw_groups(engine, wanted={"": 4}, budget=16, refill=True))

@@ -88,3 +88,20 @@ def test_an_unreachable_engine_fails_samples_with_the_reason(tiny_model_dir, tes
 def test_unknown_environment_is_named(tiny_model_dir, env_id: str) -> None:
     with pytest.raises(RolloutError, match=env_id.replace(".", r"\.")):
         make_rollout(tiny_model_dir, "http://127.0.0.1:9", env=env_id).tasks("train")
+
+
+def test_the_model_folder_and_context_length_come_from_the_context(tiny_model_dir,
+                                                                    tmp_path) -> None:
+    """A run's context names the model folder: the renderer loads it and the bridge reports
+    the context's length, instead of both being recovered from the tokenizer's folder."""
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model, ignore=shutil.ignore_patterns("*.safetensors"))
+    rollout = make_rollout(tiny_model_dir, "http://127.0.0.1:9")
+    assert rollout.renderer_dir == str(Path(tiny_model_dir).resolve())
+    context = rollout.context
+    context.model_dir, context.context_length = str(model), 300
+    rollout = VerifiersRollout(context)
+    assert rollout.renderer_dir == str(model.resolve())
+    assert rollout.bridge.max_model_len == 300

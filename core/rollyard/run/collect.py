@@ -6,19 +6,15 @@ can train on; the step goes on."""
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from rollyard.errors import SampleError
 from rollyard.interfaces import Rollout
+from rollyard.model_facts import fail_if_too_long
 from rollyard.rewards import RewardSet
 from rollyard.seeding import seeded_group
 from rollyard.types import Sample, SampleStatus, Task
-
-#: The context assumed for a model whose config.json has no ``max_position_embeddings``.
-DEFAULT_MAX_TOKENS = 4096
 
 
 @dataclass
@@ -29,28 +25,6 @@ class CollectSettings:
     #: Longest prompt + response the model takes (its ``max_position_embeddings``); a longer
     #: sample fails. None: not checked here (the trainer still fails such samples).
     max_tokens: int | None = None
-
-
-def model_max_tokens(model_dir: str | Path) -> int:
-    """The longest prompt + response the model in a Hugging Face folder takes: the
-    ``max_position_embeddings`` of its config.json."""
-    config = json.loads((Path(model_dir) / "config.json").read_text())
-    return int(config.get("max_position_embeddings", DEFAULT_MAX_TOKENS))
-
-
-def fail_if_too_long(sample: Sample, max_tokens: int | None) -> bool:
-    """Fail ``sample`` in place when its prompt and response are longer than ``max_tokens``:
-    the model cannot train on it, but that is one sample's problem, not the run's. Returns
-    whether it failed it. The tokens stay, to be looked at."""
-    if max_tokens is None or len(sample.tokens) <= max_tokens or not sample.usable:
-        return False
-    sample.status = SampleStatus.FAILED
-    sample.reward = 0.0
-    sample.metadata["failure"] = (
-        f"sample of task {sample.task_id!r} is too long for the model: {len(sample.tokens)} "
-        f"tokens (prompt {sample.prompt_len} + response {sample.response_len}) exceed its "
-        f"max_position_embeddings={max_tokens}; lower --max-new-tokens or shorten the prompts")
-    return True
 
 
 def placeholder(task: Task, status: SampleStatus, reason: str, group_id: str = "") -> Sample:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping
 
-from rollyard.algorithms import ZERO_VARIANCE_STD, population_std
+from rollyard.model_facts import rewards_differ
 from rollyard.types import Sample
 
 #: ``Sample.metadata`` key naming the environment (its label) a sample comes from.
@@ -18,9 +18,9 @@ def env_of(sample: Sample) -> str:
 
 
 def has_signal(group: list[Sample]) -> bool:
-    """Whether the usable samples of a group have different rewards."""
-    rewards = [s.reward for s in group if s.usable]
-    return len(rewards) >= 2 and population_std(rewards) >= ZERO_VARIANCE_STD
+    """Whether the usable samples of a group have different rewards (the zero-variance rule of
+    :func:`rollyard.model_facts.rewards_differ`)."""
+    return rewards_differ([s.reward for s in group if s.usable])
 
 
 class GroupDraw:

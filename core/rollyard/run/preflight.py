@@ -35,7 +35,7 @@ from rollyard.errors import (
     one_line,
 )
 from rollyard.interfaces import RolloutContext, Transport
-from rollyard.run.collect import model_max_tokens
+from rollyard.model_facts import model_max_tokens
 from rollyard.run.rollout_workers import RolloutSpec, load_run, run_sampling
 
 
@@ -96,7 +96,7 @@ def count_tasks(rollout_cls: type, options: Any, config: RunConfig, model_dir: s
         config=ConfigView(config), tokenizer=tokenizer,
         transport=PreflightTransport(), options=options,
         rng=random.Random(f"{config.seed}-0"), sampling=run_sampling(config),
-        context_length=model_max_tokens(model_dir))
+        context_length=model_max_tokens(model_dir), model_dir=str(model_dir))
     try:
         rollout = rollout_cls(context)
     except Exception as exc:

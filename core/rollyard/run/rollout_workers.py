@@ -15,16 +15,11 @@ from typing import Any
 from rollyard.config import ConfigView, RunConfig, parse_resource
 from rollyard.errors import ConfigError, PluginError, RollyardError, describe_error
 from rollyard.interfaces import RewardContext, RolloutContext
+from rollyard.model_facts import model_max_tokens
 from rollyard.plugin_options import OptionTables
 from rollyard.plugins import PluginManager
 from rollyard.rewards import RewardSet
-from rollyard.run.collect import (
-    CollectSettings,
-    collect_step,
-    model_max_tokens,
-    placeholder,
-    with_text,
-)
+from rollyard.run.collect import CollectSettings, collect_step, placeholder, with_text
 from rollyard.run.faults import stall_point
 from rollyard.run.partial_rollouts import ResumingTransport
 from rollyard.seeding import derive_seed
@@ -70,6 +65,7 @@ class RolloutWorker:
 
         tokenizer = AutoTokenizer.from_pretrained(spec.model_dir)
         self.config, self.index, self.tokenizer = config, index, tokenizer
+        self.model_dir = spec.model_dir
         self.rollout_cls = manager.get("rollout", config.rollout_plugin)
         self.rollout_options = options("rollout", config.rollout_plugin)
         self.transport = manager.get("transport", config.transport)(
@@ -91,7 +87,7 @@ class RolloutWorker:
         context = RolloutContext(
             config=ConfigView(self.config), tokenizer=self.tokenizer, transport=self.transport,
             options=self.rollout_options, rng=rng, sampling=sampling,
-            context_length=self.max_tokens)
+            context_length=self.max_tokens, model_dir=self.model_dir)
         return self.rollout_cls(context)
 
     def tasks(self, split: str) -> list[Task]:

@@ -12,9 +12,9 @@ import os
 import time
 from typing import Any
 
-from rollyard.algorithms import ZERO_VARIANCE_STD, StepInfo, group_indices, population_std
+from rollyard.algorithms import StepInfo, group_indices
 from rollyard.errors import ConfigError, PluginError, RollyardError
-from rollyard.run.collect import fail_if_too_long, model_max_tokens
+from rollyard.model_facts import fail_if_too_long, model_max_tokens, rewards_differ
 from rollyard.training.algorithm import load_algorithm
 from rollyard.training.batching import TrainItem, check_item, split_for_data_parallel
 from rollyard.training.checkpoint import read_hf_config, weight_files
@@ -195,7 +195,7 @@ class TrainGroup:
                        self.vocab_size)
         groups = group_indices([s.group_id for s in samples])
         flat = {group for group, indices in groups.items()
-                if population_std([samples[i].reward for i in indices]) < ZERO_VARIANCE_STD}
+                if not rewards_differ([samples[i].reward for i in indices])}
         dropped = flat if self.filters_zero_variance else set()
         kept = [s for s in samples if s.group_id not in dropped]
         longest = max((s.response_len for s in kept), default=1)

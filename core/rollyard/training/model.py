@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from rollyard.errors import ConfigError
+from rollyard.model_facts import context_length
 from rollyard.training.convert import MOE_MODEL_TYPES, ModelShape
 
 if TYPE_CHECKING:
@@ -67,8 +68,8 @@ def check_hf_config(config: dict[str, Any], where: str) -> ModelShape:
     if rope_type not in ROPE_TYPES:
         raise ConfigError(f"{where}: rope type {rope_type!r} is not supported by the Megatron "
                           f"trainer; supported: {', '.join(ROPE_TYPES)}")
-    window, context = sliding_window(config), config.get("max_position_embeddings")
-    if window is not None and context is not None and window < context:
+    window, context = sliding_window(config), context_length(config)
+    if window is not None and window < context:
         raise ConfigError(f"{where}: sliding_window={window} is shorter than the context "
                           f"(max_position_embeddings={context}); the Megatron trainer "
                           "attends to the whole context, so it would train another model: "
@@ -213,7 +214,7 @@ def build_gpt_model(config: dict[str, Any], tp: int, dtype: str = "fp32", ep: in
     model = GPTModel(
         transformer_config(config, tp, dtype, ep, aux_loss_coeff), spec,
         vocab_size=shape.vocab_size,
-        max_sequence_length=int(config.get("max_position_embeddings", 4096)),
+        max_sequence_length=context_length(config),
         position_embedding_type="rope",
         rotary_base=float(rope_parameters(config)["rope_theta"]), rotary_percent=1.0,
         share_embeddings_and_output_weights=shape.tied_embeddings, parallel_output=False,
