@@ -227,8 +227,7 @@ class RemoteBackend:
 
     async def _group(self, group_id: str, task: int, seed: int | None,
                      step: int) -> tuple[list[Sample], dict[str, float]]:
-        body = {"id": group_id, "task": task, "seed": seed, "step": step,
-                "engine_urls": self.spec.engine_urls}
+        body = {"id": group_id, "task": task, "seed": seed, "step": step}
         deadline = time.monotonic() + 2 * self.timeout_s + PREFLIGHT_TIMEOUT_S
         tried: list[str] = []
         while not self.closing and time.monotonic() < deadline:
