@@ -154,8 +154,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("steps", type=int, nargs="?", default=10,
                         help="timed steps of each side (default 10)")
-    parser.add_argument("--model", help="model folder, or smollm2 (default: a fresh tiny "
-                                        "model)")
+    parser.add_argument("--model", help="smollm2, or a model folder (both get the SmolLM2 "
+                                        "batch; default: a fresh tiny model)")
     parser.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of both sides")
     parser.add_argument("--attention", choices=("eager", "sdpa"), default="eager",
