@@ -241,3 +241,38 @@ def test_the_start_limiter_spaces_starts_with_jitter() -> None:
     assert times[-1] <= 9 * 0.05 + 10 * 0.025 + 1.0  # the jitter is bounded
     assert max(gaps) - min(gaps) > 0.002  # jittered, not evenly spaced
     assert asyncio.run(starts(0.0, 0))[-1] < 0.05  # 0: no limit
+
+
+@pytest.mark.parametrize("flags, error", [
+    (["--host", "0.0.0.0"], r"--host 0\.0\.0\.0: a non-loopback address needs --token-file"),
+    (["--tls-cert", "cert.pem"], r"--tls-cert and --tls-key go together"),
+])
+def test_the_server_refuses_to_start_unsafe_in_one_line(tmp_path, flags, error) -> None:
+    import re
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "rollyard.cli", "env-server",
+                           "--rollout-plugin", "toy", "--port", "0", *flags],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), done.stderr
+    assert re.search(error, lines[0]), lines[0]
+
+
+def test_a_body_over_the_limit_is_refused_with_413() -> None:
+    from rollyard.env_server.wire import MAX_BODY
+
+    server, served = toy_server()
+    try:
+        async def post(size: int) -> int:
+            async with aiohttp.ClientSession() as http:
+                async with http.post(f"{served.url}/v1/cancel", data=b" " * size,
+                                     headers={"Authorization": f"Bearer {TOKEN}",
+                                              "Content-Type": "application/json"}) as response:
+                    return response.status
+        assert asyncio.run(post(MAX_BODY + 1)) == 413
+        assert not server.cancelled
+    finally:
+        served.stop()
