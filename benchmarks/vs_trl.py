@@ -13,6 +13,28 @@ Usage::
                                 [--trl-lr-sweep 3e-4,1e-3,3e-3 [--sweep-budget S]]
                                 [--rollyard-arg=--lr=1e-3 ...] [--frameworks rollyard,trl]
     make bench-trl ARGS="--budget 60"
+    python benchmarks/vs_trl.py --model smollm2 [--budget 300] [--seed 0]
+
+A real model (``--model smollm2`` or a model folder). SmolLM2-135M-Instruct (the folder
+``rollyard models smollm2`` prints) on the arithmetic word problems, with the ``rollyard train``
+flags of scripts/demo-real.sh, read from that script (group size 8, 4 prompts a step, 16 new
+tokens, temperature 0.8, lr 3e-5, numbers up to 10, no resampling, eval on 100 held-out
+problems at temperature 0 before the first step and after the last). rollyard runs with
+``--max-seconds BUDGET``, which, as in the demo, counts its untrained eval; TRL then trains for
+the training seconds rollyard actually had (its steps' time without eval time), its evals
+outside that time. TRL (trl_side/run_trl.py ``--task arithmetic``) gets the problems restated
+in trl_side/arithmetic_task.py (the plugin imports rollyard, which the TRL venv lacks), fed in
+rollyard's task order, the same chat messages through the same tokenizer's chat template, the
+same rewards (``arith-answer`` + 0.5 × ``arith-format``), the same batch, new tokens,
+temperature and lr; its torch uses one thread per core (``--trl-threads``). Before and after
+training it scores the same held-out problems by greedy ``generate`` with the plugin's
+exact-answer check (the reply's last integer), 16 new tokens, stopping at the end-of-turn
+token. The driver checks the restated problems against the plugin's own ``make_splits`` (both
+splits) and against the rollyard run (tasks of each step, every sample's reward, prompt token
+ids), and prints one table: pass@1 before and after, the gain, steps, training seconds,
+samples/s and generation tokens/s (rollyard: ``response/tokens`` over ``time/rollout_s``; TRL:
+completion tokens, the end-of-turn token included, over the time in its generation call),
+with the ratios against the targets (eval gain ≥ 1.5× TRL's, tokens/s ≥ 2×).
 
 Set-up. TRL lives in its own virtual environment, built on first use from pinned versions
 (``torch==2.13.0`` CPU as in rollyard's, ``trl==1.16.0``, ``transformers==5.24.0``) under
@@ -86,12 +108,14 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE / "trl_side"))
 
+import arithmetic_task  # noqa: E402
 import toy_task  # noqa: E402
 
 TRL_PINS = ["trl==1.16.0", "transformers==5.24.0", "tokenizers", "datasets", "accelerate",
@@ -142,20 +166,28 @@ def rollyard_has_max_seconds(rollyard: str) -> bool:
 # --------------------------------------------------------------------------- runs
 
 
-def run_rollyard(args, op: str, seed: int, model: Path, out: Path,
-                 max_seconds_flag: bool) -> dict:
-    runs_dir, name = out / "rollyard-runs", f"rollyard-{op}-s{seed}"
+def toy_flags(op: str, seed: int, model: Path) -> list[str]:
+    """The `rollyard train` flags of the toy comparison (with --steps, before --rollyard-arg)."""
+    return ["--rollout-plugin", "toy", "--toy-operation", op,
+            "--groups-per-step", str(GROUPS), "--group-size", str(GROUP_SIZE),
+            "--max-new-tokens", str(MAX_NEW_TOKENS), "--model", str(model),
+            "--seed", str(seed), "--steps", "1000000"]
+
+
+def run_rollyard(args, name: str, flags: list[str], out: Path, max_seconds_flag: bool,
+                 over: float = 30.0) -> dict:
+    """``rollyard train FLAGS`` for ``args.budget`` s of training, its metrics rows read as
+    they appear. ``over``: with --max-seconds, how long past the budget (from its first
+    metrics row) before SIGINT stops it anyway (a run with a final eval needs longer)."""
+    runs_dir = out / "rollyard-runs"
     run_dir = runs_dir / name
-    cmd = [args.rollyard, "train", "--rollout-plugin", "toy", "--toy-operation", op,
-           "--groups-per-step", str(GROUPS), "--group-size", str(GROUP_SIZE),
-           "--max-new-tokens", str(MAX_NEW_TOKENS), "--model", str(model), "--no-progress",
-           "--seed", str(seed), "--runs-dir", str(runs_dir), "--name", name,
-           "--steps", "1000000"]
+    cmd = [args.rollyard, "train", *flags, "--no-progress", "--runs-dir", str(runs_dir),
+           "--name", name]
     if max_seconds_flag:
         cmd += ["--max-seconds", f"{args.budget:g}"]
     cmd += args.rollyard_arg
     wait_until_quiet(args.quiet_wait)
-    log(f"rollyard {op} seed {seed}: {shlex.join(cmd)}")
+    log(f"rollyard: {shlex.join(cmd)}")
     metrics_file = run_dir / "metrics.jsonl"
     log_file = out / f"{name}.log"
     rows: list[dict] = []
@@ -192,9 +224,9 @@ def run_rollyard(args, op: str, seed: int, model: Path, out: Path,
                 if done:
                     break
                 if start is None and now - launched > START_TIMEOUT_S:
-                    raise RuntimeError(f"rollyard {op}: no training step after "
+                    raise RuntimeError(f"{name}: no training step after "
                                        f"{START_TIMEOUT_S:.0f} s; see {log_file}")
-                over = 0.0 if not max_seconds_flag else 30.0  # --max-seconds: a fallback only
+                over = over if max_seconds_flag else 0.0  # --max-seconds: a fallback only
                 if start is not None and stopped_at is None \
                         and now - start >= args.budget + over:
                     if max_seconds_flag:
@@ -202,7 +234,7 @@ def run_rollyard(args, op: str, seed: int, model: Path, out: Path,
                     proc.send_signal(signal.SIGINT)
                     stopped_at = now
                 if stopped_at is not None and now - stopped_at > STOP_GRACE_S:
-                    log(f"rollyard {op}: still running {STOP_GRACE_S:.0f} s after SIGINT; "
+                    log(f"{name}: still running {STOP_GRACE_S:.0f} s after SIGINT; "
                         "SIGTERM to its process group")
                     os.killpg(proc.pid, signal.SIGTERM)
                     stopped_at = float("inf")
@@ -211,34 +243,40 @@ def run_rollyard(args, op: str, seed: int, model: Path, out: Path,
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+    evals = [r for r in rows if "time/step_s" not in r]  # the untrained model's eval row
+    rows = [r for r in rows if "time/step_s" in r]
     if not rows:
-        raise RuntimeError(f"rollyard {op}: exited {proc.returncode} without a training step; "
+        raise RuntimeError(f"{name}: exited {proc.returncode} without a training step; "
                            f"see {log_file}:\n{tail(log_file)}")
     curve = [(r["t"], r["reward/mean"], r.get("reward/exact-match", 0.0)) for r in rows]
     lr = None
-    for i, flag in enumerate(args.rollyard_arg):
+    given = [*flags, *args.rollyard_arg]
+    for i, flag in enumerate(given):
         if flag.startswith("--lr="):
             lr = float(flag.split("=", 1)[1])
-        elif flag == "--lr" and i + 1 < len(args.rollyard_arg):
-            lr = float(args.rollyard_arg[i + 1])
-    return {"framework": "rollyard", "op": op, "seed": seed, "lr": lr, "stop": stop,
+        elif flag == "--lr" and i + 1 < len(given):
+            lr = float(given[i + 1])
+    return {"framework": "rollyard", "lr": lr, "stop": stop,
             "returncode": proc.returncode, "run_dir": str(run_dir), "log": str(log_file),
             "others_cores": monitor.others_cores(),
-            "all_steps": len(rows), "curve": curve,
+            "all_steps": len(rows), "curve": curve, "rows": evals + rows,
             "last_entropy": rows[-1].get("train/entropy")}
 
 
 def run_trl(args, vpy: Path, op: str, seed: int, model: Path, out: Path, lr: float,
-            budget: float, tag: str) -> dict:
+            budget: float, tag: str, flags: list[str] | None = None) -> dict:
+    """trl_side/run_trl.py for ``budget`` training seconds; ``flags``: its task and batch
+    flags (default: the toy comparison's)."""
     jsonl = out / f"trl-{op}-s{seed}-{tag}.jsonl"
     log_file = out / f"trl-{op}-s{seed}-{tag}.log"
-    cmd = [str(vpy), str(HERE / "trl_side" / "run_trl.py"), "--model", str(model),
-           "--operation", op, "--budget", f"{budget:g}", "--lr", f"{lr:g}",
-           "--groups", str(GROUPS), "--group-size", str(GROUP_SIZE),
-           "--max-new-tokens", str(MAX_NEW_TOKENS), "--seed", str(seed),
+    if flags is None:
+        flags = ["--operation", op, "--groups", str(GROUPS), "--group-size", str(GROUP_SIZE),
+                 "--max-new-tokens", str(MAX_NEW_TOKENS)]
+    cmd = [str(vpy), str(HERE / "trl_side" / "run_trl.py"), "--model", str(model), *flags,
+           "--budget", f"{budget:g}", "--lr", f"{lr:g}", "--seed", str(seed),
            "--threads", str(args.trl_threads), "--out", str(jsonl)]
     wait_until_quiet(args.quiet_wait)
-    log(f"TRL {op} seed {seed} lr={lr:g} budget={budget:g}s")
+    log(f"TRL {op} seed {seed} lr={lr:g} budget={budget:g}s: {shlex.join(cmd)}")
     with log_file.open("w") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=REPO,
                                 start_new_session=True)
@@ -262,8 +300,8 @@ def run_trl(args, vpy: Path, op: str, seed: int, model: Path, out: Path, lr: flo
     return {"framework": "trl", "op": op, "seed": seed, "lr": lr, "stop": "callback",
             "returncode": 0, "run_dir": str(jsonl), "log": str(log_file),
             "others_cores": monitor.others_cores(),
-            "all_steps": len(rows), "curve": curve,
-            "prompts_file": f"{jsonl}.prompts.json",
+            "all_steps": len(rows), "curve": curve, "rows": rows,
+            "prompts_file": f"{jsonl}.prompts.json", "eval_file": f"{jsonl}.eval.json",
             "last_entropy": rows[-1].get("entropy") if rows else None}
 
 
@@ -367,15 +405,17 @@ def summarize(run: dict, budget: float) -> dict:
     return run
 
 
-def check_against_rollyard(rollyard_run: dict, trl_run: dict | None, op: str,
-                           seed: int) -> list[str]:
-    """Compare trl_side/toy_task.py and TRL's prompt ids with what rollyard actually did.
+def check_against_rollyard(rollyard_run: dict, trl_run: dict | None, where: str,
+                           sequence_of: Callable[[int], list[dict]],
+                           total_reward: Callable[[str, str], float],
+                           per_step: int = GROUPS) -> list[str]:
+    """Compare the task restated in trl_side/ and TRL's prompt ids with what rollyard did.
 
-    rollyard draws its groups from one seeded task sequence, 16 per step plus any it resamples
-    (dynamic sampling); TRL is fed the same sequence 16 per step. So the tasks of rollyard's
-    steps 1..k must be the first n_k of the sequence, n_k being the groups it drew so far."""
+    rollyard draws its groups from one seeded task sequence (``sequence_of(n)``: its first n
+    tasks), ``per_step`` per step plus any it resamples (dynamic sampling); TRL is fed the same
+    sequence ``per_step`` per step. So the tasks of rollyard's steps 1..k must be the first n_k
+    of the sequence, n_k being the groups it drew so far."""
     notes = []
-    where = f"{op} seed {seed}"
     samples_file = Path(rollyard_run["run_dir"]) / "samples.jsonl"
     if not samples_file.exists():
         return [f"{where}: no samples.jsonl in the rollyard run; task and reward not checked"]
@@ -394,26 +434,26 @@ def check_against_rollyard(rollyard_run: dict, trl_run: dict | None, op: str,
                                         sample["task_id"], sample["reward"]))
     steps = sorted(groups)
     drawn = sum(len(groups[s]) for s in steps)
-    cycle = toy_task.TaskCycle(toy_task.train_tasks(op, seed), seed)
-    sequence = cycle.take(max(drawn, GROUPS * CHECK_STEPS))
+    sequence = sequence_of(max(drawn, per_step * CHECK_STEPS))
     answers = {t["id"]: t["answer"] for t in sequence}
     seen: Counter = Counter()
     same_tasks = True
     for s in steps:
         seen.update(groups[s].values())
         same_tasks &= seen == Counter(t["id"] for t in sequence[:sum(seen.values())])
-    extra = drawn - GROUPS * len(steps)
+    extra = drawn - per_step * len(steps)
     notes.append(f"{where}: the tasks of rollyard's steps 1-{len(steps)} "
                  f"{'are' if same_tasks else 'are NOT'} the task sequence TRL was fed"
                  + (f" (rollyard drew {extra} extra groups by resampling, so its prompts run "
                     "ahead of TRL's)" if extra else " (step for step)"))
-    bad = sum(abs(toy_task.total_reward(c, answers.get(t, "\0")) - r) > 1e-9
+    bad = sum(abs(total_reward(c, answers.get(t, "\0")) - r) > 1e-9
               for c, t, r in checked_samples)
     notes.append(f"{where}: rewards of {len(checked_samples)} rollyard samples recomputed with "
                  f"TRL's reward functions: {'all equal' if not bad else f'{bad} DIFFER'}")
     if trl_run and Path(trl_run["prompts_file"]).exists():
         trl_prompts = json.loads(Path(trl_run["prompts_file"]).read_text())
-        stream = toy_task.task_stream(op, seed, GROUPS, len(trl_prompts))
+        fed = sequence_of(per_step * len(trl_prompts))
+        stream = [fed[i:i + per_step] for i in range(0, len(fed), per_step)]
         compared = differ = 0
         for ids, tasks in zip(trl_prompts, stream):
             for got, task in zip(ids, tasks):
@@ -471,6 +511,187 @@ def mean_table(runs: list[dict]) -> str:
     return markdown(head, rows)
 
 
+# --------------------------------------------------------------------------- a real model
+
+DEMO_REAL = REPO / "scripts" / "demo-real.sh"
+
+
+def demo_real_flags(script: Path = DEMO_REAL) -> list[str]:
+    """The fixed flags of the ``rollyard train`` command in scripts/demo-real.sh (those set
+    from shell variables, such as --model, --seed and --max-seconds, left out): the real-model
+    comparison trains with exactly these."""
+    text = script.read_text().replace("\\\n", " ")
+    line = next((ln for ln in text.splitlines() if re.search(r'rollyard"? train ', ln)), None)
+    if line is None:
+        raise RuntimeError(f"{script}: no `rollyard train` command found")
+    words = shlex.split(line.split(" train ", 1)[1])
+    flags: list[str] = []
+    for i, word in enumerate(words):
+        if not word.startswith("--"):
+            continue
+        value = words[i + 1] if i + 1 < len(words) and not words[i + 1].startswith("--") \
+            else None
+        if value is None:
+            flags.append(word)
+        elif "$" not in value:
+            flags += [word, value]
+    return flags
+
+
+def flag_value(flags: list[str], name: str, default: str | None = None) -> str | None:
+    return flags[flags.index(name) + 1] if name in flags else default
+
+
+def model_folder(args) -> Path:
+    """``--model``: ``smollm2`` (the folder `rollyard models smollm2` prints, imported once)
+    or a Hugging Face model folder."""
+    if args.model == "smollm2":
+        found = subprocess.run([args.rollyard, "models", "smollm2"], capture_output=True,
+                               text=True, cwd=REPO)
+        if found.returncode != 0:
+            raise SystemExit(f"--model smollm2: `rollyard models smollm2` failed: "
+                             f"{found.stderr.strip().splitlines()[-1:]}")
+        folder = Path(found.stdout.strip().splitlines()[-1])
+    else:
+        folder = Path(args.model)
+    if not (folder / "config.json").exists():
+        raise SystemExit(f"--model {args.model}: {folder} has no config.json")
+    return folder.resolve()
+
+
+def plugin_splits(args, num_train: int, num_eval: int, high: int, seed: int) -> dict:
+    """rollyard's own arithmetic splits, from its plugin in rollyard's venv."""
+    code = ("import json, sys\n"
+            "from rollyard_plugins.arithmetic import make_splits\n"
+            "a = [int(x) for x in sys.argv[1:]]\n"
+            "splits = make_splits(a[0], a[1], a[2], seed=a[3])\n"
+            "print(json.dumps({k: [{'id': t.id, 'prompt': list(t.prompt), "
+            "'answer': t.data['answer']} for t in v] for k, v in splits.items()}))")
+    python = Path(args.rollyard).parent / "python"
+    done = subprocess.run([str(python), "-c", code, str(num_train), str(num_eval), str(high),
+                           str(seed)], capture_output=True, text=True, check=True, cwd=REPO)
+    return json.loads(done.stdout)
+
+
+def rollyard_figures(run: dict) -> dict:
+    """Eval before/after, steps, training seconds (eval time left out), samples/s and rollout
+    tokens/s of a rollyard run, from its metrics rows."""
+    rows = [r for r in run["rows"] if "time/step_s" in r]
+    evals = [r for r in run["rows"] if "eval/pass@1" in r]
+    train_s = sum(r["time/step_s"] - r.get("time/eval_s", 0.0) for r in rows)
+    rollout_s = sum(r["time/rollout_s"] for r in rows)
+    return {"before": evals[0]["eval/pass@1"] if evals else None,
+            "after": evals[-1]["eval/pass@1"] if len(evals) > 1 else None,
+            "eval_steps": [r["step"] for r in evals], "steps": len(rows), "train_s": train_s,
+            "samples_per_s": sum(r["samples/count"] for r in rows) / train_s,
+            "gen_tokens_per_s": sum(r["response/tokens"] for r in rows) / rollout_s,
+            "gen_share": rollout_s / train_s,
+            "reward_end3": sum(r["reward/mean"] for r in rows[-3:]) / len(rows[-3:])}
+
+
+def trl_figures(run: dict, batch: int) -> dict:
+    """The same figures of a TRL run, from run_trl.py's step rows and eval file."""
+    rows = run["rows"]
+    scores = json.loads(Path(run["eval_file"]).read_text())
+    train_s = rows[-1]["t"]
+    gen_s = sum(r["gen_s"] for r in rows)
+    return {"before": scores["before"]["pass@1"], "after": scores["after"]["pass@1"],
+            "eval_steps": [0, len(rows)], "steps": len(rows), "train_s": train_s,
+            "samples_per_s": batch * len(rows) / train_s,
+            "gen_tokens_per_s": sum(r["gen_tokens"] for r in rows) / gen_s,
+            "gen_share": gen_s / train_s,
+            "reward_end3": sum(r["reward"] for r in rows[-3:]) / len(rows[-3:]),
+            "eval_s": [scores["before"]["seconds"], scores["after"]["seconds"]]}
+
+
+def real_table(figures: dict[str, dict], others: dict[str, float | None]) -> str:
+    head = ["framework", "pass@1 before", "pass@1 after", "gain (points)", "steps",
+            "training s", "samples/s", "generation tokens/s", "generation share", "others"]
+    rows = []
+    for name, f in figures.items():
+        gain = None if f["after"] is None else 100 * (f["after"] - f["before"])
+        rows.append([name, fmt(f["before"], ".2f"), fmt(f["after"], ".2f"), fmt(gain, "+.0f"),
+                     str(f["steps"]), f"{f['train_s']:.0f}", f"{f['samples_per_s']:.2f}",
+                     f"{f['gen_tokens_per_s']:.0f}", f"{f['gen_share']:.0%}",
+                     fmt(others.get(name), ".2f")])
+    return markdown(head, rows)
+
+
+def main_real(args, seed: int, out: Path, vpy: Path) -> int:
+    """rollyard (scripts/demo-real.sh's settings) against TRL on a real model: the arithmetic
+    task, eval pass@1 before and after on the same held-out problems, equal training time."""
+    model = model_folder(args)
+    demo = demo_real_flags()
+    groups = int(flag_value(demo, "--groups-per-step"))
+    group_size = int(flag_value(demo, "--group-size"))
+    high = int(flag_value(demo, "--arithmetic-max-number", "20"))
+    num_train = int(flag_value(demo, "--arithmetic-num-tasks",
+                               str(arithmetic_task.DEFAULT_NUM_TASKS)))
+    num_eval = int(flag_value(demo, "--arithmetic-eval-tasks",
+                              str(arithmetic_task.DEFAULT_EVAL_TASKS)))
+    eval_tasks = int(flag_value(demo, "--eval-tasks", str(num_eval)))
+    lr = float(flag_value(demo, "--lr"))
+    notes = [f"model {model}; rollyard flags from {DEMO_REAL.relative_to(REPO)}: "
+             f"{shlex.join(demo)}"]
+
+    splits = arithmetic_task.make_splits(num_train, num_eval, high, seed)
+    same = splits == plugin_splits(args, num_train, num_eval, high, seed)
+    notes.append(f"trl_side/arithmetic_task.py's {num_train} training and {num_eval} eval "
+                 f"problems {'are' if same else 'are NOT'} the arithmetic plugin's (seed {seed})")
+
+    name = f"rollyard-arithmetic-s{seed}"
+    flags = ["--model", str(model), "--seed", str(seed), *demo]
+    ry = run_rollyard(args, name, flags, out, True, over=START_TIMEOUT_S)
+    ours = rollyard_figures(ry)
+    notes.append(f"rollyard: stopped by {ry['stop']} (exit {ry['returncode']}); eval rows at "
+                 f"steps {ours['eval_steps']}; --max-seconds {args.budget:g} counts the "
+                 f"untrained eval, so {ours['train_s']:.0f} s of it were training")
+    trl_flags = ["--task", "arithmetic", "--arithmetic-max-number", str(high),
+                 "--num-tasks", str(num_train), "--arithmetic-eval-tasks", str(num_eval),
+                 "--eval-tasks", str(eval_tasks), "--groups", str(groups),
+                 "--group-size", str(group_size),
+                 "--max-new-tokens", flag_value(demo, "--max-new-tokens"),
+                 "--temperature", flag_value(demo, "--temperature", "1.0")]
+    trl = run_trl(args, vpy, "arithmetic", seed, model, out, lr, ours["train_s"], "main",
+                  trl_flags)
+    theirs = trl_figures(trl, groups * group_size)
+    notes.append(f"TRL: the same {ours['train_s']:.0f} training seconds; greedy evals took "
+                 f"{theirs['eval_s'][0]:.0f} s and {theirs['eval_s'][1]:.0f} s, outside them")
+
+    def sequence_of(n: int) -> list[dict]:
+        return toy_task.TaskCycle(splits["train"], seed).take(n)
+
+    notes.extend(check_against_rollyard(ry, trl, f"arithmetic seed {seed}", sequence_of,
+                                        arithmetic_task.total_reward, groups))
+    figures = {"rollyard": ours, "trl": theirs}
+    gains = {k: None if f["after"] is None else f["after"] - f["before"]
+             for k, f in figures.items()}
+    gain_ratio = (gains["rollyard"] / gains["trl"] if gains["trl"] and gains["trl"] > 0
+                  and gains["rollyard"] is not None else None)
+    speed = ours["gen_tokens_per_s"] / theirs["gen_tokens_per_s"]
+    notes.append("eval gain rollyard / TRL: " + (
+        f"{gain_ratio:.2f}" if gain_ratio is not None else
+        f"- (TRL's gain is {100 * gains['trl']:+.0f} points)") + " (target >= 1.5); "
+        f"generation tokens/s rollyard / TRL: {speed:.2f} (target >= 2)")
+    results = {"model": str(model), "budget": args.budget, "seed": seed, "lr": lr,
+               "demo_flags": demo, "figures": figures, "gain_ratio": gain_ratio,
+               "tokens_per_s_ratio": speed, "notes": notes,
+               "runs": [{k: v for k, v in r.items() if k != "rows"} for r in (ry, trl)]}
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    text = (f"rollyard vs TRL GRPOTrainer on {model.name}, arithmetic (numbers up to {high}), "
+            f"seed {seed}: {groups} prompts x {group_size} completions a step, lr {lr:g}; "
+            f"pass@1 at temperature 0 on {eval_tasks} held-out problems before and after; "
+            "training s: eval time left out; generation share: of the training time; others: "
+            "cores kept busy by other processes during the run\n\n"
+            + real_table(figures, {"rollyard": ry["others_cores"],
+                                   "trl": trl["others_cores"]}) + "\n\n"
+            + "\n".join(f"- {n}" for n in notes) + "\n")
+    (out / "table.md").write_text(text)
+    print("\n" + text)
+    print(f"results: {out}")
+    return 0
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -485,8 +706,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="which to run (default both)")
     parser.add_argument("--trl-lr", type=float, default=TRL_LR,
                         help=f"TRL learning rate when there is no sweep (default {TRL_LR:g})")
-    parser.add_argument("--trl-threads", type=int, default=1,
-                        help="torch threads of the TRL process (default 1; 0: one per core)")
+    parser.add_argument("--trl-threads", type=int,
+                        help="torch threads of the TRL process (default 1 on the toy tasks, "
+                             "0 with --model; 0: one per core)")
+    parser.add_argument("--model", metavar="smollm2|DIR",
+                        help="a real model instead of the toy tasks: the arithmetic task with "
+                             "scripts/demo-real.sh's settings, eval before and after "
+                             "(smollm2: the folder `rollyard models smollm2` prints)")
     parser.add_argument("--trl-lr-sweep", metavar="LR,LR,...",
                         help="run TRL at each rate on every op first and use the best")
     parser.add_argument("--sweep-budget", type=float,
@@ -532,6 +758,12 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     args.venv = args.venv.resolve()
     vpy = ensure_venv(args.venv, args.python) if "trl" in frameworks else None
+    if args.trl_threads is None:
+        args.trl_threads = 0 if args.model else 1
+    if args.model:
+        if frameworks != {"rollyard", "trl"} or sweep:
+            parser.error("--model runs both frameworks once; no --frameworks or --trl-lr-sweep")
+        return main_real(args, seeds[0], out, vpy)
     models = {seed: out / f"model-s{seed}" for seed in seeds}
     for seed, model in models.items():
         if not (model / "config.json").exists():
@@ -564,8 +796,10 @@ def main(argv: list[str] | None = None) -> int:
         ry = trl = None
         where = f"{op} seed {seed}"
         if "rollyard" in frameworks:
-            ry = summarize(run_rollyard(args, op, seed, models[seed], out, max_seconds_flag),
-                           args.budget)
+            ry = run_rollyard(args, f"rollyard-{op}-s{seed}", toy_flags(op, seed, models[seed]),
+                              out, max_seconds_flag)
+            ry.update(op=op, seed=seed)
+            ry = summarize(ry, args.budget)
             runs.append(ry)
             notes.append(f"rollyard {where}: stopped by {ry['stop']} (exit "
                          f"{ry['returncode']}), {ry['all_steps']} steps logged, {ry['steps']} "
@@ -578,7 +812,11 @@ def main(argv: list[str] | None = None) -> int:
                                         args.budget, "main"), args.budget)
             runs.append(trl)
         if ry is not None:
-            notes.extend(check_against_rollyard(ry, trl, op, seed))
+            def toy_sequence(n: int, op: str = op, seed: int = seed) -> list[dict]:
+                return toy_task.TaskCycle(toy_task.train_tasks(op, seed), seed).take(n)
+
+            notes.extend(check_against_rollyard(ry, trl, where, toy_sequence,
+                                                toy_task.total_reward))
         for run in (ry, trl):
             if run is None or not run["curve"]:
                 continue
