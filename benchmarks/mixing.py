@@ -16,7 +16,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -47,22 +46,9 @@ RUNS = {"single": ["--rollout-plugin", "toy", "--toy-operation", "copy"],
 
 def run_one(args: argparse.Namespace, kind: str, model: Path, out: Path, tag: str) -> float:
     """Steps/s of one ``rollyard train`` run of ``kind``."""
-    name = f"{kind}-{tag}"
     selection = [part.format(mix=out / "mix.toml") for part in RUNS[kind]]
-    cmd = [args.rollyard, "train", *selection, "--groups-per-step", str(vs_trl.GROUPS),
-           "--group-size", str(vs_trl.GROUP_SIZE), "--max-new-tokens",
-           str(vs_trl.MAX_NEW_TOKENS), "--model", str(model), "--seed", "0",
-           "--steps", str(args.steps), "--no-progress", "--runs-dir", str(out / "runs"),
-           "--name", name]
-    vs_trl.wait_until_quiet(args.quiet_wait)
-    log_file = out / f"{name}.log"
-    with log_file.open("w") as fh:
-        proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=vs_trl.REPO)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{kind} run exited {proc.returncode}:\n{vs_trl.tail(log_file)}")
-    rows = [json.loads(line) for line in
-            (out / "runs" / name / "metrics.jsonl").read_text().splitlines()]
-    return (len(rows) - 1) / (rows[-1]["time/elapsed_s"] - rows[0]["time/elapsed_s"])
+    return vs_trl.toy_steps_per_s(args.rollyard, f"{kind}-{tag}", selection, model, out,
+                                  args.steps, args.quiet_wait)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -309,6 +309,26 @@ def tail(path: Path, lines: int = 15) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
+def toy_steps_per_s(rollyard: str, name: str, flags: list[str], model: Path, out: Path,
+                    steps: int, quiet_wait: float) -> float:
+    """Steps/s of one ``rollyard train`` run on the benchmarks' toy configuration (16 groups
+    × 8 samples, 6 new tokens, seed 0) with ``flags`` on top, over its steps after the first
+    (from ``time/elapsed_s``); the sibling benchmarks (mixing, remote backend) compare these."""
+    cmd = [rollyard, "train", *flags, "--groups-per-step", str(GROUPS),
+           "--group-size", str(GROUP_SIZE), "--max-new-tokens", str(MAX_NEW_TOKENS),
+           "--model", str(model), "--seed", "0", "--steps", str(steps), "--no-progress",
+           "--runs-dir", str(out / "runs"), "--name", name]
+    wait_until_quiet(quiet_wait)
+    log_file = out / f"{name}.log"
+    with log_file.open("w") as fh:
+        proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=REPO)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{name} exited {proc.returncode}:\n{tail(log_file)}")
+    rows = [json.loads(line) for line in
+            (out / "runs" / name / "metrics.jsonl").read_text().splitlines()]
+    return (len(rows) - 1) / (rows[-1]["time/elapsed_s"] - rows[0]["time/elapsed_s"])
+
+
 # --------------------------------------------------------------------------- machine load
 
 TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
