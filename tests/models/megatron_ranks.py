@@ -22,17 +22,10 @@ import torch.multiprocessing as mp
 from rollyard.training.convert import MOE_MODEL_TYPES
 
 
-def _free_ports(count: int) -> list[int]:
-    """``count`` distinct free ports: every socket stays bound until all are chosen, so the
-    system cannot hand out one port twice."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def _logits(model_dir: str, tp: int, rank: int, port: int, tokens: torch.Tensor,
@@ -71,7 +64,7 @@ def _rank(rank: int, out: pathlib.Path, tokens: torch.Tensor, model_dirs: list[s
 def main(argv: list[str]) -> None:
     out, tokens_file, *model_dirs = argv
     tokens = torch.load(tokens_file)
-    ports = _free_ports(3 * len(model_dirs))
+    ports = [_free_port() for _ in range(3 * len(model_dirs))]
     mp.start_processes(_rank, args=(pathlib.Path(out), tokens, model_dirs, ports), nprocs=2,
                        start_method="fork")
 
