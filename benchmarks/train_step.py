@@ -177,7 +177,7 @@ def main() -> int:
             model_dir = str(smollm2_folder())
         else:
             model_dir = args.model or str(build_tiny_model(tmp))
-        from rollyard.training.checkpoint import read_hf_config
+        from rollyard.training.hf_folder import read_hf_config
 
         items = make_items(read_hf_config(model_dir)["vocab_size"], shape)
         tokens = sum(len(item.tokens) for item in items)

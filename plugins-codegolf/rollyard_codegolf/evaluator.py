@@ -6,7 +6,7 @@ import asyncio
 from collections import Counter
 
 from rollyard import RewardContext, Sample, SampleStatus, Task
-from rollyard.evaluation import Evaluator
+from rollyard.evaluators import Evaluator
 
 from rollyard_codegolf.options import CodegolfOptions
 from rollyard_codegolf.parsing import extract_program

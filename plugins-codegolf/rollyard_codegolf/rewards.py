@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rollyard import RewardContext, Sample, Task
-from rollyard.evaluation import EvaluatedReward, Score
+from rollyard.evaluators import EvaluatedReward, Score
 
 from rollyard_codegolf.evaluator import CodegolfEvaluator
 from rollyard_codegolf.options import PREFIX, CodegolfOptions

@@ -14,7 +14,7 @@ from rollyard import cli
 from rollyard.config import RunConfig
 from rollyard.plugins import PluginManager
 from rollyard.run.collect import with_text
-from rollyard.run.evaluate import eval_metrics
+from rollyard.run.eval_split import eval_metrics
 from rollyard.run.group_draw import GroupDraw
 from rollyard.run.metrics import sample_metrics
 from rollyard.types import Sample, SampleStatus

@@ -17,8 +17,8 @@ from rollyard.errors import ConfigError, PluginError, RollyardError
 from rollyard.model_facts import fail_if_too_long, model_max_tokens, rewards_differ
 from rollyard.training.algorithm import load_algorithm
 from rollyard.training.batching import TrainItem, check_item, split_for_data_parallel
-from rollyard.training.checkpoint import read_hf_config, weight_files
 from rollyard.training.config import TrainConfig
+from rollyard.training.hf_folder import read_hf_config, weight_files
 from rollyard.training.model import check_hf_config, check_tensor_parallel
 from rollyard.types import Sample
 
@@ -275,7 +275,7 @@ class TrainGroup:
         return _get_all([a.logprobs.remote(items) for a in self._scorers])[0]
 
     # In-memory weight sync: global rank 0 broadcasts to the engines (--weight-sync
-    # distributed; rollyard.run.weight_sync drives the engines' side).
+    # distributed; rollyard.run.weight_push drives the engines' side).
 
     def weight_sync_address(self) -> tuple[str, int]:
         """Rank 0's node address and a free port there, for a weight-update rendezvous."""

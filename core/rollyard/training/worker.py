@@ -26,9 +26,9 @@ from rollyard.training.algorithm import (
     token_logprobs,
 )
 from rollyard.training.batching import TrainItem, chunks, collate, micro_batches
-from rollyard.training.checkpoint import load_hf_weights, read_hf_config, write_hf_folder
 from rollyard.training.config import TrainConfig
 from rollyard.training.convert import ModelShape, hf_to_megatron
+from rollyard.training.hf_folder import load_hf_weights, read_hf_config, write_hf_folder
 from rollyard.training.model import build_gpt_model, scoring, torch_dtype
 
 # A rank that waits this long in a collective gives up: its peer is dead or stuck.
@@ -169,12 +169,12 @@ class MegatronWorker:
 
         ``then_broadcast`` names a weight-update group: after the update, the new weights are
         staged for its next broadcast (:meth:`RankZeroSender.stage_broadcast
-        <rollyard.training.weight_sync.RankZeroSender.stage_broadcast>`), which the result's
+        <rollyard.training.weight_sender.RankZeroSender.stage_broadcast>`), which the result's
         ``weight_staging_s`` times.
         """
         from megatron.core.distributed import finalize_model_grads
 
-        from rollyard.training.weight_sync import sender_of
+        from rollyard.training.weight_sender import sender_of
 
         if not isinstance(step, StepInfo):
             step = StepInfo(sequences=len(items), tokens=float(step), max_response_len=max(
@@ -303,17 +303,17 @@ class MegatronWorker:
                         for i, item in enumerate(chunk)]
         return out
 
-    # In-memory weight sync (rollyard.training.weight_sync): rank 0 of the train group is
+    # In-memory weight sync (rollyard.training.weight_sender): rank 0 of the train group is
     # rank 0 of a process group with every engine.
 
     def weight_sync_specs(self) -> list | None:
         """What a weight broadcast sends (rank 0; every rank must call this)."""
-        from rollyard.training.weight_sync import weight_specs
+        from rollyard.training.weight_sender import weight_specs
 
         return weight_specs(self)
 
     def weight_sync_backend(self) -> str:
-        from rollyard.training.weight_sync import backend_for
+        from rollyard.training.weight_sender import backend_for
 
         return backend_for(self.device)
 
@@ -322,7 +322,7 @@ class MegatronWorker:
                          buckets: list) -> None:
         """Host the rendezvous of a weight-update group and join it as rank 0 (rank 0 only;
         blocks until every engine joined); each broadcast will send ``buckets``."""
-        from rollyard.training.weight_sync import sender_of
+        from rollyard.training.weight_sender import sender_of
 
         sender_of(self).open(master_address=master_address, master_port=master_port,
                              world_size=world_size, group_name=group_name, backend=backend,
@@ -330,12 +330,12 @@ class MegatronWorker:
 
     def broadcast_weights(self, group_name: str) -> None:
         """Broadcast the current policy to the group's engines; every rank must call this."""
-        from rollyard.training.weight_sync import sender_of
+        from rollyard.training.weight_sender import sender_of
 
         sender_of(self).send(self, group_name)
 
     def close_weight_sync(self, group_name: str) -> None:
-        from rollyard.training.weight_sync import sender_of
+        from rollyard.training.weight_sender import sender_of
 
         sender_of(self).close(group_name)
 
@@ -346,7 +346,7 @@ class MegatronWorker:
         Every rank must call this (the gather is a collective of the first data-parallel
         replica); ranks other than 0 return None.
         """
-        from rollyard.training.weight_sync import gather_hf_state
+        from rollyard.training.weight_sender import gather_hf_state
 
         state = gather_hf_state(self)
         if state is None:
@@ -367,7 +367,7 @@ class MegatronWorker:
     def load_checkpoint(self, folder: str) -> None:
         """Load what :meth:`save_checkpoint` wrote; every rank must call this."""
         from rollyard.training.trainer_state import load_rank_state
-        from rollyard.training.weight_sync import sender_of
+        from rollyard.training.weight_sender import sender_of
 
         sender_of(self).settle()
         load_rank_state(self, folder)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from rollyard import RewardContext, Sample, SampleStatus, Task, hookimpl
 from rollyard.errors import ConfigError
-from rollyard.evaluation import EvaluatedReward, Evaluator, Score
+from rollyard.evaluators import EvaluatedReward, Evaluator, Score
 
 from rollyard_plugins.judge.client import JudgeClient, JudgeUnavailable
 from rollyard_plugins.judge.options import PREFIX, JudgeOptions
