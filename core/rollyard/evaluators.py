@@ -64,7 +64,7 @@ class Evaluator(ABC, Generic[ResultT]):
         """One result per sample, in order. Called once per group with its usable samples.
 
         A fault of one sample's evaluation that is not the model's (the sandbox broke) should
-        mark that sample ``failed`` with ``metadata["failure"]`` and still return a result for
+        mark that sample failed (``sample.fail(reason)``) and still return a result for
         it; raising fails every sample of the group with the error as reason.
         """
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from rollyard.evaluators import Evaluator, evaluator_of
 from rollyard.interfaces import Reward
-from rollyard.types import Sample, SampleStatus, Task
+from rollyard.types import Sample, Task
 
 
 class RewardSet:
@@ -101,9 +101,7 @@ class RewardSet:
 
 def _fail(samples: list[Sample], reason: str) -> None:
     for sample in samples:
-        sample.status = SampleStatus.FAILED
-        sample.reward = 0.0
-        sample.metadata["failure"] = reason
+        sample.fail(reason)
 
 
 def _components(name: str, score: float | dict[str, float]) -> dict[str, float]:

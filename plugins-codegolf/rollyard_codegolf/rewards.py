@@ -3,7 +3,7 @@
 All three read one :class:`~rollyard_codegolf.evaluator.CodegolfEvaluator` result per sample:
 in a run the core evaluates each group once (each program runs once per sample, whichever of
 these rewards are applied) and passes the results to each reward. Any rollout that puts the
-model's reply in ``metadata["completion"]`` and poses tasks made by ``CodegolfTask.to_task``
+model's reply in ``sample.completion`` and poses tasks made by ``CodegolfTask.to_task``
 can use them. A score of 0 has its reason in ``metadata["codegolf"]["reason"]``.
 """
 

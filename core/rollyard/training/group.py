@@ -186,7 +186,7 @@ class TrainGroup:
                                                        dict[str, float]]:
         """The samples that are trained on, as items with the algorithm's advantages; the
         step's sizes; group counts. A sample longer than the model's context is failed in
-        place (status, ``metadata["failure"]``), left out and counted, never fatal."""
+        place (status, ``failure``), left out and counted, never fatal."""
         count = len(samples)
         samples = [s for s in samples if not fail_if_too_long(s, self.max_len)]
         too_long = count - len(samples)
