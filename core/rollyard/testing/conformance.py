@@ -183,11 +183,6 @@ def check_rollout(rollout_cls: type[Rollout], *, options: Any = None,
     return checker.report
 
 
-def core_defaults() -> dict[str, Any]:
-    """The run config a rollout sees when ``rollyard train`` is given no options."""
-    return RunConfig().to_data()
-
-
 def _with(cls: type, options: Any, overrides: Mapping[str, Any] | None) -> Any:
     """The options of ``cls`` with ``overrides`` (by option name) applied and checked, typed
     or dict alike."""
