@@ -92,7 +92,7 @@ def _int_or_none(value: Any) -> int | None:
 #: The typed marks of a :class:`Sample`, each also kept under the ``metadata`` key of its
 #: name, with how a value a plugin put under that key becomes the field's (None: it does not).
 MARKS: dict[str, Callable[[Any], Any]] = {
-    "failure": lambda value: None if value is None else str(value),
+    "failure": lambda value: str(value) if value else None,
     "completion": lambda value: value if isinstance(value, str) else None,
     "replayed_from_version": _int_or_none,
 }
@@ -126,8 +126,8 @@ class Sample:
     #: Whatever the environment keeps (shown in samples.jsonl). The marks below are also
     #: copied here under their own names, for plugins written before they were fields.
     metadata: dict[str, Any] = field(default_factory=dict)
-    #: Why the sample was lost (a failed or aborted one); a reason on a completed or truncated
-    #: sample fails it.
+    #: Why the sample was lost (a failed or aborted one); a reason (a non-empty string) on a
+    #: completed or truncated sample fails it.
     failure: str | None = None
     #: The decoded response (the last reply of a multi-turn episode), what rewards read.
     completion: str | None = None
@@ -155,9 +155,10 @@ class Sample:
         """Reconcile each mark (:data:`MARKS`) with its ``metadata`` key, which plugins written
         before the fields still read and write: a key a plugin set or changed since the last
         call, while the field stayed as it was, gives the field its value (when it has the
-        field's type; any failure reason does); otherwise a set field is written to the key.
-        Then a failure reason on a usable sample fails it. Called when a sample is made and
-        where plugin samples enter the core (:func:`rollyard.run.collect.checked`)."""
+        field's type; a failure that is not empty is taken as its ``str``); otherwise a set
+        field is written to the key. Then a failure reason on a usable sample fails it.
+        Called when a sample is made and where plugin samples enter the core
+        (:func:`rollyard.run.collect.checked`)."""
         seen: dict[str, tuple[Any, Any]] = self.__dict__.setdefault("_synced_marks", {})
         for name, adopt in MARKS.items():
             value = getattr(self, name)
@@ -170,7 +171,7 @@ class Sample:
             elif value is not None and (value != last_value or name not in self.metadata):
                 self.metadata[name] = value
             seen[name] = (value, self.metadata.get(name))
-        if self.failure is not None and self.usable:
+        if self.failure and self.usable:
             self.status, self.reward = SampleStatus.FAILED, 0.0
 
     @property

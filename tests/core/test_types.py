@@ -155,6 +155,10 @@ def test_the_marks_are_fields_copied_under_their_metadata_keys_for_old_plugins()
     old = Sample(tokens=[1, 2], prompt_len=1, loss_mask=[1], logprobs=[-0.1],
                  metadata={"failure": "made by an old plugin", "completion": "x"})
     assert marks(old) == (SampleStatus.FAILED, "made by an old plugin", "x", None)
+    for no_reason in ("", None, False):  # an old plugin's "no failure"
+        kept = Sample(tokens=[1, 2], prompt_len=1, loss_mask=[1], logprobs=[-0.1],
+                      metadata={"failure": no_reason})
+        assert kept.usable and kept.failure is None
     sample.fail("rescored badly")
     assert (sample.status, sample.reward, sample.metadata["failure"]) == (
         SampleStatus.FAILED, 0.0, "rescored badly")
