@@ -159,7 +159,9 @@ class Sample:
         field is written to the key. Then a failure reason on a usable sample fails it.
         Called when a sample is made and where plugin samples enter the core
         (:func:`rollyard.run.collect.checked`)."""
-        seen: dict[str, tuple[Any, Any]] = self.__dict__.setdefault("_synced_marks", {})
+        # (field, key) of each mark after the last call; a new dict each time, so that a
+        # shallow copy of the sample never shares it
+        seen: dict[str, tuple[Any, Any]] = dict(self.__dict__.get("_synced_marks", {}))
         for name, adopt in MARKS.items():
             value = getattr(self, name)
             last_value, last_key = seen.get(name, (None, None))
@@ -171,6 +173,7 @@ class Sample:
             elif value is not None and (value != last_value or name not in self.metadata):
                 self.metadata[name] = value
             seen[name] = (value, self.metadata.get(name))
+        self.__dict__["_synced_marks"] = seen
         if self.failure and self.usable:
             self.status, self.reward = SampleStatus.FAILED, 0.0
 

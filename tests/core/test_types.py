@@ -3,6 +3,7 @@ typed marks, across the wire and pickle."""
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import pickle
@@ -202,3 +203,16 @@ def test_the_marks_survive_pickle_and_a_sample_pickled_before_them_reads_none():
     restored.validate()
     restored.sync_marks()
     assert restored.metadata == {}
+
+
+def test_a_shallow_copy_reconciles_its_marks_on_its_own():
+    original = marked()
+    copied = copy.copy(original)
+    copied.metadata = dict(original.metadata)
+    copied.metadata["completion"] = "changed under the old key"
+    copied.sync_marks()
+    original.completion = "changed in the field"
+    original.sync_marks()
+    assert (original.completion, original.metadata["completion"]) == ("changed in the field",) * 2
+    assert (copied.completion, copied.metadata["completion"]) == (
+        "changed under the old key",) * 2
