@@ -209,10 +209,11 @@ def test_a_shallow_copy_reconciles_its_marks_on_its_own():
     original = marked()
     copied = copy.copy(original)
     copied.metadata = dict(original.metadata)
-    copied.metadata["completion"] = "changed under the old key"
+    copied.completion = "changed in the copy's field"
     copied.sync_marks()
-    original.completion = "changed in the field"
+    original.metadata["completion"] = "changed under the original's old key"
     original.sync_marks()
-    assert (original.completion, original.metadata["completion"]) == ("changed in the field",) * 2
     assert (copied.completion, copied.metadata["completion"]) == (
-        "changed under the old key",) * 2
+        "changed in the copy's field",) * 2
+    assert (original.completion, original.metadata["completion"]) == (
+        "changed under the original's old key",) * 2
