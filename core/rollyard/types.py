@@ -159,6 +159,8 @@ class Sample:
         field is written to the key. Then a failure reason on a usable sample fails it.
         Called when a sample is made and where plugin samples enter the core
         (:func:`rollyard.run.collect.checked`)."""
+        if not isinstance(self.metadata, dict):
+            return  # validate() names the field
         # (field, key) of each mark after the last call; a new dict each time, so that a
         # shallow copy of the sample never shares it
         seen: dict[str, tuple[Any, Any]] = dict(self.__dict__.get("_synced_marks", {}))

@@ -174,3 +174,13 @@ def test_completions_edited_through_the_old_key_or_the_field_reach_both_kinds_of
 
     collect(mixed, RewardSet({"reader": Reader(None)}, {"reader": 1.0}))
     assert seen == [("edited by an old plugin",) * 2, ("edited by a new plugin",) * 2]
+
+
+def test_a_sample_made_without_a_metadata_dict_fails_naming_the_field():
+    async def bad(task, n):
+        return [Sample(tokens=[1, 2], prompt_len=1, loss_mask=[1], logprobs=[-0.1],
+                       metadata=None), good_sample()]
+
+    broken, kept = collect(bad)
+    assert broken.status is SampleStatus.FAILED and "'metadata'" in broken.failure
+    assert kept.usable
