@@ -20,6 +20,7 @@ from rollyard.training.batching import TrainItem, check_item, split_for_data_par
 from rollyard.training.config import TrainConfig
 from rollyard.training.hf_folder import read_hf_config, weight_files
 from rollyard.training.model import check_hf_config, check_tensor_parallel
+from rollyard.training.worker import MegatronWorker
 from rollyard.types import Sample
 
 PLACEMENT_TIMEOUT_S = 120.0
@@ -108,8 +109,6 @@ class TrainGroup:
         import ray
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-        from rollyard.training.worker import MegatronWorker
 
         if not ray.is_initialized():
             raise ConfigError("TrainGroup needs Ray: call ray.init() (or pass --ray-address) "
