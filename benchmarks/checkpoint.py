@@ -66,7 +66,7 @@ def save_load(size: str, repeats: int, tmp: Path) -> tuple[float, float, float]:
     """Median save and load seconds and the checkpoint's size in MB."""
     from rollyard.models.tiny import build_tiny_model
     from rollyard.run.checkpoints import CheckpointStore
-    from rollyard.training.checkpoint import read_hf_config
+    from rollyard.training.hf_folder import read_hf_config
 
     model_dir = str(build_tiny_model(tmp / f"model-{size}", size=size))
     worker = rank(model_dir)

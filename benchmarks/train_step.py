@@ -33,14 +33,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from rollyard.algorithms import ppo_clip
 from rollyard.models.tiny import build_tiny_model
-from rollyard.training.algorithm import ppo_clip_loss, token_logprobs
+from rollyard.training.algorithm import token_logprobs
 from rollyard.training.batching import TrainItem, micro_batches
 from rollyard.training.config import TrainConfig
 from rollyard.training.worker import MegatronWorker
 
 #: PPO's clip range of both steps (the trainer's grpo plugin gets it through TrainConfig)
 CLIP_EPS = 0.2
+
+
+def ppo_clip_sum(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+                 mask: torch.Tensor) -> torch.Tensor:
+    """GRPO's clipped policy loss summed over the masked tokens, as the trainer's GRPO
+    computes it (no KL, no entropy bonus), without an algorithm plugin."""
+    out = ppo_clip(torch.exp(logprobs - old_logprobs), advantages, CLIP_EPS, CLIP_EPS)
+    return (out.per_token * mask.to(logprobs.dtype)).sum()
 
 
 @dataclass(frozen=True)
@@ -90,10 +99,9 @@ def plain_step(model_dir: str, items: list[TrainItem], config: TrainConfig,
                                      position_ids=batch.position_ids).last_hidden_state
                 # as the trainer: logits only where a response token is predicted
                 logits = model.lm_head(hidden[batch.score_rows, batch.score_positions])
-            logprobs, entropy = token_logprobs(logits, batch.targets, config.temperature)
-            terms = ppo_clip_loss(logprobs, batch.old_logprobs, batch.advantages, batch.mask,
-                                  clip_eps=CLIP_EPS, entropy=entropy.detach())
-            (terms.loss / total).backward()
+            logprobs, _ = token_logprobs(logits, batch.targets, config.temperature)
+            loss = ppo_clip_sum(logprobs, batch.old_logprobs, batch.advantages, batch.mask)
+            (loss / total).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
         optimizer.step()
 
@@ -177,7 +185,7 @@ def main() -> int:
             model_dir = str(smollm2_folder())
         else:
             model_dir = args.model or str(build_tiny_model(tmp))
-        from rollyard.training.checkpoint import read_hf_config
+        from rollyard.training.hf_folder import read_hf_config
 
         items = make_items(read_hf_config(model_dir)["vocab_size"], shape)
         tokens = sum(len(item.tokens) for item in items)

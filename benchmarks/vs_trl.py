@@ -450,7 +450,7 @@ def check_against_rollyard(rollyard_run: dict, trl_run: dict | None, where: str,
             groups.setdefault(sample["step"], {})[sample["group_id"]] = sample["task_id"]
             prompt_ids[sample["task_id"]] = sample["tokens"][:sample["prompt_len"]]
             if sample["status"] in ("completed", "truncated"):
-                checked_samples.append((str(sample["metadata"].get("completion", "")),
+                checked_samples.append((str(sample.get("completion") or ""),
                                         sample["task_id"], sample["reward"]))
     steps = sorted(groups)
     drawn = sum(len(groups[s]) for s in steps)

@@ -3,7 +3,7 @@ Hugging Face folder on disk (``--weight-sync disk``), side by side.
 
 Both push the same Megatron train group (one rank, gloo) to the same embedded engine through
 the ``sglang`` transport, exactly as a run does after each update (the run's own
-:mod:`rollyard.run.weight_sync` classes): disk = export the folder +
+:mod:`rollyard.run.weight_push` classes): disk = export the folder +
 ``/update_weights_from_disk``; distributed = gather + broadcast from rank 0 while the engine
 receives (``/update_weights_from_distributed``), the group formed once beforehand (its set-up
 time is printed apart). As in a run, the distributed sync has rank 0 gather the new weights
@@ -47,7 +47,7 @@ def samples(vocab: int, step: int) -> list:
 async def measure(model_dir: pathlib.Path, workdir: pathlib.Path, pushes: int) -> dict:
     from rollyard import GenerateRequest, SamplingParams
     from rollyard.run.engines import EngineFleet
-    from rollyard.run.weight_sync import DiskWeightSync, DistributedWeightSync
+    from rollyard.run.weight_push import DiskWeightSync, DistributedWeightSync
     from rollyard.training import TrainConfig, TrainGroup
     from rollyard_plugins.embedded_engine.launcher import EmbeddedEngine
     from rollyard_plugins.sglang_transport import SGLangTransport

@@ -127,7 +127,7 @@ def cmd_eval(flags: TrainFlags, args: argparse.Namespace, manager: PluginManager
     require_train_stack("eval")
     from rich.table import Table
 
-    from rollyard.run.eval_model import evaluate_model
+    from rollyard.run.eval_command import evaluate_model
 
     metrics = evaluate_model(flags.config(vars(args), args.argv), manager)
     if args.json:

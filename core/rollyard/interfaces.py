@@ -310,11 +310,11 @@ class Reward(Configurable):
     Constructed as ``Reward(context)``. Override :meth:`score`, or :meth:`score_group` for
     group-relative rewards (at least one of them). Rewards that share costly work (running a
     program, calling a judge) name an evaluator and subclass
-    :class:`rollyard.evaluation.EvaluatedReward`.
+    :class:`rollyard.evaluators.EvaluatedReward`.
     """
 
     name: ClassVar[str] = ""
-    #: The :class:`rollyard.evaluation.Evaluator` class whose result this reward reads, run
+    #: The :class:`rollyard.evaluators.Evaluator` class whose result this reward reads, run
     #: once per group for every reward of a run that names it; None for plain rewards.
     evaluator: ClassVar[type | None] = None
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rollyard.types import Sample, SampleStatus
+from rollyard.types import Sample
 
 #: The context assumed for a model whose config.json has no ``max_position_embeddings``.
 DEFAULT_MAX_TOKENS = 4096
@@ -39,9 +39,7 @@ def fail_if_too_long(sample: Sample, max_tokens: int | None) -> bool:
     whether it failed it. The tokens stay, to be looked at. ``max_tokens`` None: no limit."""
     if max_tokens is None or len(sample.tokens) <= max_tokens or not sample.usable:
         return False
-    sample.status = SampleStatus.FAILED
-    sample.reward = 0.0
-    sample.metadata["failure"] = (
+    sample.fail(
         f"sample of task {sample.task_id!r} is too long for the model: {len(sample.tokens)} "
         f"tokens (prompt {sample.prompt_len} + response {sample.response_len}) exceed its "
         f"max_position_embeddings={max_tokens}; lower --max-new-tokens or shorten the prompts")

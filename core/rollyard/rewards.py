@@ -7,16 +7,16 @@ import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rollyard.evaluation import Evaluator, evaluator_of
+from rollyard.evaluators import Evaluator, evaluator_of
 from rollyard.interfaces import Reward
-from rollyard.types import Sample, SampleStatus, Task
+from rollyard.types import Sample, Task
 
 
 class RewardSet:
     """Weighted rewards. A float score is recorded as component ``name``; a dict score as
     ``name/key`` per key, contributing the sum of its values. The total is the weighted sum.
 
-    Rewards that name an :class:`~rollyard.evaluation.Evaluator` share one instance of it per
+    Rewards that name an :class:`~rollyard.evaluators.Evaluator` share one instance of it per
     evaluator class, built here from the first such reward's context (so construction raises
     when an evaluator cannot work here); each group is evaluated once, before the rewards run.
     One set serves one rollout worker of one run: call :meth:`close` when done.
@@ -101,9 +101,7 @@ class RewardSet:
 
 def _fail(samples: list[Sample], reason: str) -> None:
     for sample in samples:
-        sample.status = SampleStatus.FAILED
-        sample.reward = 0.0
-        sample.metadata["failure"] = reason
+        sample.fail(reason)
 
 
 def _components(name: str, score: float | dict[str, float]) -> dict[str, float]:

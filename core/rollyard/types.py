@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -84,6 +85,19 @@ class GenerateResult:
     weight_version: int = 0
 
 
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+#: The typed marks of a :class:`Sample`, each also kept under the ``metadata`` key of its
+#: name, with how a value a plugin put under that key becomes the field's (None: it does not).
+MARKS: dict[str, Callable[[Any], Any]] = {
+    "failure": lambda value: str(value) if value else None,
+    "completion": lambda value: value if isinstance(value, str) else None,
+    "replayed_from_version": _int_or_none,
+}
+
+
 @dataclass
 class Sample:
     """One trajectory for training: prompt + response ids with per-response-token data."""
@@ -109,19 +123,61 @@ class Sample:
     group_id: str = ""
     #: Version of the weights that generated the response.
     weight_version: int = 0
-    #: Free data: ``completion`` (the decoded response), ``failure`` (why a sample was lost)
-    #: and whatever the environment keeps.
+    #: Whatever the environment keeps (shown in samples.jsonl). The marks below are also
+    #: copied here under their own names, for plugins written before they were fields.
     metadata: dict[str, Any] = field(default_factory=dict)
+    #: Why the sample was lost (a failed or aborted one); a reason (a non-empty string) on a
+    #: completed or truncated sample fails it.
+    failure: str | None = None
+    #: The decoded response (the last reply of a multi-turn episode), what rewards read.
+    completion: str | None = None
+    #: A best-sample replay copy (``--replay-best``): the weight version that generated it.
+    replayed_from_version: int | None = None
+
+    def __post_init__(self) -> None:
+        self.sync_marks()
 
     @classmethod
     def lost(cls, task_id: str, group_id: str, status: SampleStatus, reason: str,
              prompt_ids: list[int] | None = None) -> Sample:
-        """A sample standing for an episode that produced nothing usable; ``reason`` is kept
-        in ``metadata["failure"]``."""
+        """A sample standing for an episode that produced nothing usable, lost for
+        ``reason``."""
         prompt = list(prompt_ids or [])
         return cls(tokens=prompt, prompt_len=len(prompt), loss_mask=[], logprobs=[],
-                   status=status, task_id=task_id, group_id=group_id,
-                   metadata={"failure": reason})
+                   status=status, task_id=task_id, group_id=group_id, failure=reason)
+
+    def fail(self, reason: str, status: SampleStatus = SampleStatus.FAILED) -> None:
+        """Mark the sample lost for ``reason``: no reward, not trained on."""
+        self.status, self.reward, self.failure = status, 0.0, reason
+        self.sync_marks()
+
+    def sync_marks(self) -> None:
+        """Reconcile each mark (:data:`MARKS`) with its ``metadata`` key, which plugins written
+        before the fields still read and write: a key a plugin set or changed since the last
+        call, while the field stayed as it was, gives the field its value (when it has the
+        field's type; a failure that is not empty is taken as its ``str``); otherwise a set
+        field is written to the key. Then a failure reason on a usable sample fails it.
+        Called when a sample is made and where plugin samples enter the core
+        (:func:`rollyard.run.collect.checked`)."""
+        if not isinstance(self.metadata, dict):
+            return  # validate() names the field
+        # (field, key) of each mark after the last call; a new dict each time, so that a
+        # shallow copy of the sample never shares it
+        seen: dict[str, tuple[Any, Any]] = dict(self.__dict__.get("_synced_marks", {}))
+        for name, adopt in MARKS.items():
+            value = getattr(self, name)
+            last_value, last_key = seen.get(name, (None, None))
+            key_changed = name in self.metadata and self.metadata[name] != last_key
+            if key_changed and value == last_value \
+                    and (adopted := adopt(self.metadata[name])) is not None:
+                value = adopted
+                setattr(self, name, value)
+            elif value is not None and (value != last_value or name not in self.metadata):
+                self.metadata[name] = value
+            seen[name] = (value, self.metadata.get(name))
+        self.__dict__["_synced_marks"] = seen
+        if self.failure and self.usable:
+            self.status, self.reward = SampleStatus.FAILED, 0.0
 
     @property
     def response_len(self) -> int:
@@ -167,3 +223,10 @@ class Sample:
         for name, value in self.rewards.items():
             if not isinstance(value, (int, float)) or not math.isfinite(value):
                 fail(f"rewards[{name!r}]", f"{value!r} is not a finite number")
+        if not isinstance(self.metadata, dict):
+            fail("metadata", f"is a {type(self.metadata).__name__}, not a dict")
+        for name, kind in (("failure", str), ("completion", str),
+                           ("replayed_from_version", int)):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+                fail(name, f"{value!r} is not a {kind.__name__} or None")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-from rollyard import RewardContext, Sample, SampleStatus, Task
-from rollyard.evaluation import Evaluator
+from rollyard import RewardContext, Sample, Task
+from rollyard.evaluators import Evaluator
 
 from rollyard_codegolf.options import CodegolfOptions
 from rollyard_codegolf.parsing import extract_program
@@ -19,7 +19,7 @@ METADATA_KEY = "codegolf"
 
 
 class CodegolfEvaluator(Evaluator[ProgramResult]):
-    """Runs each sample's program (from ``metadata["completion"]``) on the task's hidden tests
+    """Runs each sample's program (from ``sample.completion``) on the task's hidden tests
     in the sandbox, once per group for all codegolf rewards, and records the outcome in
     ``metadata["codegolf"]``.
 
@@ -47,13 +47,12 @@ class CodegolfEvaluator(Evaluator[ProgramResult]):
         return results
 
     async def _one(self, sample: Sample, problem: CodegolfTask) -> ProgramResult:
-        program = extract_program(str(sample.metadata.get("completion", "")),
+        program = extract_program(sample.completion or "",
                                   self.options.extract)
         try:
             score = await self.runner.score(program, problem)
         except Exception as exc:  # the sandbox broke: fail this sample, keep the group
-            sample.status = SampleStatus.FAILED
-            sample.metadata["failure"] = f"codegolf sandbox raised {exc!r}"
+            sample.fail(f"codegolf sandbox raised {exc!r}")
             score = ProgramScore(0, len(problem.hidden), "sandbox_error", 0.0, 0, repr(exc))
         result = ProgramResult(program, score, problem.reference_len)
         sample.metadata[METADATA_KEY] = result.as_record()

@@ -3,7 +3,7 @@
 All three read one :class:`~rollyard_codegolf.evaluator.CodegolfEvaluator` result per sample:
 in a run the core evaluates each group once (each program runs once per sample, whichever of
 these rewards are applied) and passes the results to each reward. Any rollout that puts the
-model's reply in ``metadata["completion"]`` and poses tasks made by ``CodegolfTask.to_task``
+model's reply in ``sample.completion`` and poses tasks made by ``CodegolfTask.to_task``
 can use them. A score of 0 has its reason in ``metadata["codegolf"]["reason"]``.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rollyard import RewardContext, Sample, Task
-from rollyard.evaluation import EvaluatedReward, Score
+from rollyard.evaluators import EvaluatedReward, Score
 
 from rollyard_codegolf.evaluator import CodegolfEvaluator
 from rollyard_codegolf.options import PREFIX, CodegolfOptions

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 class CodegolfRollout(Rollout):
-    """Code golf: one reply per episode, in ``metadata["completion"]`` (with
+    """Code golf: one reply per episode, in ``sample.completion`` (with
     ``--codegolf-attempts K``, up to K replies, the failures shown between them; the last one
     is the completion)."""
 

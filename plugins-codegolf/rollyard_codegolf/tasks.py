@@ -22,6 +22,8 @@ from typing import Any, Literal
 
 from rollyard import ConfigError, Task
 
+from rollyard_codegolf.prompting import build_prompt
+
 Split = Literal["train", "eval"]
 #: Share of tasks (by a hash of their id) held out for evaluation.
 EVAL_PERCENT = 20
@@ -60,8 +62,6 @@ class CodegolfTask:
 
     def to_task(self) -> Task:
         """The rollyard Task: the chat prompt plus everything scoring needs in ``data``."""
-        from rollyard_codegolf.prompting import build_prompt
-
         return Task(id=self.id, prompt=build_prompt(self),
                     data={"codegolf": self.as_dict()})
 

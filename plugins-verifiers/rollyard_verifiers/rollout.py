@@ -304,7 +304,8 @@ class VerifiersRollout(Rollout):
 
 def _failed(task_id: str, group_id: str, reason: str) -> Sample:
     sample = Sample.lost(task_id, group_id, SampleStatus.FAILED, reason)
-    sample.metadata["completion"] = ""
+    sample.completion = ""
+    sample.sync_marks()
     return sample
 
 

@@ -28,17 +28,16 @@ def trace_samples(trace: Any, session: SessionRecord, task_id: str,
     reward, rewards = _rewards(trace) if usable else (0.0, {})
     weight_version = min(session.weight_versions, default=0)
     metadata: dict[str, Any] = {
-        "completion": trace.last_reply, "trace_id": trace.id,
-        "stop_condition": trace.stop_condition, "num_turns": trace.num_turns,
+        "trace_id": trace.id, "stop_condition": trace.stop_condition,
+        "num_turns": trace.num_turns,
     }
-    if reason:
-        metadata["failure"] = reason
     branches = [b for b in trace.branches if b.trainable]
     if not branches:
         return [Sample(tokens=[], prompt_len=0, loss_mask=[], logprobs=[], reward=reward,
                        rewards=rewards, status=status if not usable else SampleStatus.FAILED,
                        task_id=task_id, group_id=group_id, weight_version=weight_version,
-                       metadata={**metadata, "failure": reason or "trace has no branch"})]
+                       metadata=metadata, failure=reason or "trace has no branch",
+                       completion=trace.last_reply)]
     samples = []
     for branch in branches:
         tokens = [int(t) for t in branch.token_ids]
@@ -53,7 +52,8 @@ def trace_samples(trace: Any, session: SessionRecord, task_id: str,
             loss_mask=[int(m) for m in mask[prompt_len:]], logprobs=logprobs[prompt_len:],
             reward=reward, rewards=dict(rewards), status=status, task_id=task_id,
             group_id=group_id, weight_version=weight_version,
-            metadata={**metadata, "branch": branch.index}))
+            metadata={**metadata, "branch": branch.index}, failure=reason,
+            completion=trace.last_reply))
     return samples
 
 
@@ -69,24 +69,22 @@ def legacy_samples(state: Any, session: SessionRecord, task_id: str,
     status, reason = _legacy_status(state, session)
     usable = status in (SampleStatus.COMPLETED, SampleStatus.TRUNCATED)
     reward, rewards = _legacy_rewards(state) if usable else (0.0, {})
+    completion = _last_reply(state.get("completion"))
     metadata: dict[str, Any] = {
-        "completion": _last_reply(state.get("completion")),
         "trace_id": state.get("trajectory_id"), "stop_condition": state.get("stop_condition"),
         "num_turns": len(session.calls),
     }
-    if reason:
-        metadata["failure"] = reason
     found = segments(session.calls)
     if not found:
         return [Sample(tokens=[], prompt_len=0, loss_mask=[], logprobs=[], reward=reward,
                        rewards=rewards, status=status if not usable else SampleStatus.FAILED,
-                       task_id=task_id, group_id=group_id,
-                       metadata={**metadata, "failure": reason or "rollout made no model call"})]
+                       task_id=task_id, group_id=group_id, metadata=metadata,
+                       failure=reason or "rollout made no model call", completion=completion)]
     weight_version = min(session.weight_versions, default=0)
     return [Sample(tokens=seg.tokens, prompt_len=seg.prompt_len, loss_mask=seg.loss_mask,
                    logprobs=seg.logprobs, reward=reward, rewards=dict(rewards), status=status,
                    task_id=task_id, group_id=group_id, weight_version=weight_version,
-                   metadata={**metadata, "branch": i})
+                   metadata={**metadata, "branch": i}, failure=reason, completion=completion)
             for i, seg in enumerate(found)]
 
 

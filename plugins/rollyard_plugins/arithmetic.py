@@ -121,7 +121,7 @@ class ArithmeticRollout(Rollout):
 
     def solved(self, sample: Sample, task: Task) -> bool:
         """The exact answer is the reply's last integer (format aside)."""
-        return final_integer(str(sample.metadata.get("completion", ""))) == task.data["answer"]
+        return final_integer(sample.completion or "") == task.data["answer"]
 
 
 class ArithAnswer(Reward):
@@ -130,7 +130,7 @@ class ArithAnswer(Reward):
     name = "arith-answer"
 
     async def score(self, sample: Sample, task: Task) -> float:
-        return float(final_integer(str(sample.metadata.get("completion", "")))
+        return float(final_integer(sample.completion or "")
                      == task.data["answer"])
 
 
@@ -140,7 +140,7 @@ class ArithFormat(Reward):
     name = "arith-format"
 
     async def score(self, sample: Sample, task: Task) -> float:
-        return float(_INTEGER.fullmatch(str(sample.metadata.get("completion", "")).strip())
+        return float(_INTEGER.fullmatch((sample.completion or "").strip())
                      is not None)
 
 

@@ -1,5 +1,5 @@
 """Text rewards against ``task.data["answer"]``, usable by any environment whose rollout puts
-the decoded completion in ``sample.metadata["completion"]``."""
+the decoded completion in ``sample.completion``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from rollyard import Reward, Sample, Task, hookimpl
 def _completion_and_answer(sample: Sample, task: Task) -> tuple[str, str]:
     if "answer" not in task.data:
         raise KeyError(f"task {task.id!r} has no data['answer'] to compare with")
-    return str(sample.metadata.get("completion", "")).strip(), str(task.data["answer"]).strip()
+    return (sample.completion or "").strip(), str(task.data["answer"]).strip()
 
 
 class ExactMatch(Reward):

@@ -84,7 +84,7 @@ class StringOperationRollout(Rollout):
     def solved(self, sample: Sample, task: Task) -> bool:
         """Solved means the exact answer, whatever the rewards (char-f1 gives partial
         credit)."""
-        return str(sample.metadata.get("completion", "")).strip() == task.data["answer"]
+        return (sample.completion or "").strip() == task.data["answer"]
 
 
 @hookimpl

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from rollyard import PluginError, Sample
 from rollyard.training import TrainConfig, TrainGroup
-from rollyard.training.checkpoint import load_hf_weights
+from rollyard.training.hf_folder import load_hf_weights
 from test_entry_point_install import PYPROJECT, pip
 
 PLUGIN = '''

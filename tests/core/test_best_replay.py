@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pickle
 
-from rollyard.run.best_replay import REPLAYED_FROM, BestSamples, rescore_replayed
+from rollyard.run.best_replay import BestSamples, rescore_replayed
 from rollyard.types import Sample, SampleStatus
 
 
@@ -12,7 +12,7 @@ def group(task: str, group_id: str, rewards: list[float], version: int = 0,
           status: SampleStatus = SampleStatus.COMPLETED) -> list[Sample]:
     return [Sample(tokens=[1, 2 + i], prompt_len=1, loss_mask=[1], logprobs=[-0.5 - i],
                    reward=r, status=status, task_id=task, group_id=group_id,
-                   weight_version=version, metadata={"completion": f"answer {i}"})
+                   weight_version=version, completion=f"answer {i}", metadata={"env": "e"})
             for i, r in enumerate(rewards)]
 
 
@@ -29,8 +29,12 @@ def test_a_group_below_the_best_gets_a_copy_of_it_with_the_group_id_and_version(
     [replayed] = best.replays(group("a", "a/1", [0.5, 0.5], version=4))
     assert replayed.tokens == first[1].tokens and replayed.reward == 0.9
     assert replayed.group_id == "a/1" and replayed.weight_version == 4
-    assert replayed.metadata == {REPLAYED_FROM: 1}  # the environment's metadata is not kept
-    assert first[1].group_id == "a/0" and first[1].metadata == {"completion": "answer 1"}
+    # marked as a replay (old plugins read the mark's metadata key); the environment's
+    # metadata and the decoded text are not kept
+    assert replayed.replayed_from_version == 1 and replayed.completion is None
+    assert replayed.metadata == {"replayed_from_version": 1}
+    assert first[1].group_id == "a/0" and first[1].replayed_from_version is None
+    assert first[1].metadata == {"env": "e", "completion": "answer 1"}
 
 
 def test_a_group_that_reaches_the_best_gets_no_copy_and_a_better_one_replaces_it():

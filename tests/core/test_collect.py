@@ -15,8 +15,7 @@ SETTINGS = CollectSettings(group_size=2, max_concurrent_groups=2, group_timeout_
 
 def good_sample(n_response: int = 2) -> Sample:
     return Sample(tokens=[1, 2, 3] + [4] * n_response, prompt_len=3, loss_mask=[1] * n_response,
-                  logprobs=[-0.5] * n_response, task_id="t-1", group_id="g",
-                  metadata={"completion": "hi"})
+                  logprobs=[-0.5] * n_response, task_id="t-1", group_id="g", completion="hi")
 
 
 class Scripted(Rollout):
@@ -130,4 +129,58 @@ def test_a_reward_that_breaks_a_sample_fails_only_that_sample():
     first, second = collect(ok, RewardSet({"vandal": Vandal(None)}, {"vandal": 1.0}))
     assert first.usable and first.reward == 1.0
     assert second.status is SampleStatus.FAILED
-    assert "'loss_mask'" in second.metadata["failure"]
+    assert "'loss_mask'" in second.failure
+
+
+def test_a_legacy_failure_key_set_by_a_rollout_or_a_reward_fails_the_sample():
+    class OldJudge(Reward):  # written before Sample.failure: the key only, status untouched
+        name = "old-judge"
+
+        async def score(self, sample, task):
+            if sample.response_len == 3:
+                sample.metadata["failure"] = "old judge: no verdict"
+            return 1.0
+
+    async def old_rollout(task, n):
+        lost, kept, judged = good_sample(1), good_sample(2), good_sample(3)
+        lost.metadata["failure"] = "old rollout: tool crashed"
+        return [lost, kept, judged]
+
+    lost, kept, judged = collect(old_rollout, RewardSet({"old-judge": OldJudge(None)},
+                                                        {"old-judge": 1.0}))
+    assert (lost.status, lost.failure, lost.reward) == (SampleStatus.FAILED,
+                                                        "old rollout: tool crashed", 0.0)
+    assert kept.usable and kept.failure is None and kept.reward == 1.0
+    assert (judged.status, judged.failure) == (SampleStatus.FAILED, "old judge: no verdict")
+    assert failure_reasons([lost, kept, judged]) == ["1x old rollout: tool crashed",
+                                                     "1x old judge: no verdict"]
+
+
+def test_completions_edited_through_the_old_key_or_the_field_reach_both_kinds_of_reward():
+    seen: list[tuple[str | None, str]] = []
+
+    class Reader(Reward):
+        name = "reader"
+
+        async def score(self, sample, task):
+            seen.append((sample.completion, sample.metadata["completion"]))
+            return 0.0
+
+    async def mixed(task, n):
+        old, new = good_sample(), good_sample()  # made with completion "hi", as the helpers do
+        old.metadata["completion"] = "edited by an old plugin"
+        new.completion = "edited by a new plugin"
+        return [old, new]
+
+    collect(mixed, RewardSet({"reader": Reader(None)}, {"reader": 1.0}))
+    assert seen == [("edited by an old plugin",) * 2, ("edited by a new plugin",) * 2]
+
+
+def test_a_sample_made_without_a_metadata_dict_fails_naming_the_field():
+    async def bad(task, n):
+        return [Sample(tokens=[1, 2], prompt_len=1, loss_mask=[1], logprobs=[-0.1],
+                       metadata=None), good_sample()]
+
+    broken, kept = collect(bad)
+    assert broken.status is SampleStatus.FAILED and "'metadata'" in broken.failure
+    assert kept.usable

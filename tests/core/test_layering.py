@@ -1,6 +1,8 @@
 """The trainer library stays below the orchestrator: no module of ``rollyard.training`` imports
 ``rollyard.run``, counting every import in its source (lazy ones inside functions, those under
-``if TYPE_CHECKING:``, relative ones and ``importlib.import_module("...")`` with a literal)."""
+``if TYPE_CHECKING:``, relative ones and ``importlib.import_module("...")`` with a literal);
+and no import cycle runs through the trainer library or the code-golf plugin, counted the same
+way."""
 
 from __future__ import annotations
 
@@ -8,8 +10,10 @@ import ast
 from pathlib import Path
 
 import rollyard
+import rollyard_codegolf
 
 CORE = Path(rollyard.__file__).resolve().parent
+CODEGOLF = Path(rollyard_codegolf.__file__).resolve().parent
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -81,3 +85,60 @@ def test_the_check_finds_lazy_type_checking_relative_and_dynamic_imports(tmp_pat
         "rollyard/training/lazy.py:7 rollyard.run.metrics",
         "rollyard/training/lazy.py:8 rollyard.run",
     ]
+
+
+def import_cycles(*packages: Path) -> list[list[str]]:
+    """The import cycles among the modules of ``packages``: each strongly connected component
+    of more than one module of the graph "module -> a module it imports", sorted."""
+    graph: dict[str, set[str]] = {}
+    paths = {}
+    for package in packages:
+        for path in package.rglob("*.py"):
+            if "templates" not in path.parts:
+                paths[module_name(path, package.parent)] = (path, package.parent)
+    for name, (path, root) in paths.items():
+        graph[name] = {m for _, m in imported_modules(path, root) if m in paths and m != name}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:  # Tarjan
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in graph[node]:
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while not component or component[-1] != node:
+                component.append(stack.pop())
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(cycles)
+
+
+def test_no_import_cycle_runs_through_the_trainer_library_or_codegolf() -> None:
+    cycles = import_cycles(CORE, CODEGOLF)
+    assert [c for c in cycles
+            if any(m.startswith(("rollyard.training", "rollyard_codegolf")) for m in c)] == []
+
+
+def test_the_cycle_check_finds_cycles_closed_lazily_or_for_type_checking(tmp_path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("from pkg.group import Group\n")
+    (package / "group.py").write_text("def make():\n    from pkg.worker import Worker\n")
+    (package / "worker.py").write_text("from pkg import helpers\n")
+    (package / "helpers.py").write_text("from typing import TYPE_CHECKING\n"
+                                        "if TYPE_CHECKING:\n    from pkg.tasks import Task\n")
+    (package / "tasks.py").write_text("from pkg.helpers import x\n")
+    assert import_cycles(package) == [["pkg", "pkg.group", "pkg.worker"],
+                                      ["pkg.helpers", "pkg.tasks"]]

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 from rollyard import PluginError, Reward, RewardContext, Sample, SampleStatus, Task
-from rollyard.evaluation import EvaluatedReward, Evaluator, Score
+from rollyard.evaluators import EvaluatedReward, Evaluator, Score
 from rollyard.rewards import RewardSet
 
 TASK = Task(id="task-7", prompt="say ab", data={"answer": "ab"})
@@ -290,3 +290,13 @@ def test_a_reward_naming_no_evaluator_or_a_non_evaluator_is_refused_by_name():
     with pytest.raises(PluginError, match="reward 'undeclared' is an EvaluatedReward without "
                                           "an evaluator"):
         make_set({}, Undeclared)
+
+
+def test_the_old_import_path_rollyard_evaluation_still_gives_the_same_classes() -> None:
+    import importlib
+    import sys
+
+    sys.modules.pop("rollyard.evaluation", None)
+    with pytest.warns(DeprecationWarning, match="rollyard.evaluators"):
+        old = importlib.import_module("rollyard.evaluation")
+    assert (old.Evaluator, old.EvaluatedReward, old.Score) == (Evaluator, EvaluatedReward, Score)

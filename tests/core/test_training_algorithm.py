@@ -11,7 +11,6 @@ from rollyard.algorithms import Algorithm, PolicyLoss, StepInfo
 from rollyard.training.algorithm import (
     LossProblem,
     micro_batch_loss,
-    ppo_clip_loss,
     token_logprobs,
 )
 from rollyard_plugins.algorithms.grpo import GRPO
@@ -142,10 +141,3 @@ class _Broken(Algorithm):
 def test_an_unusable_policy_loss_is_a_loss_problem(algorithm: Algorithm, message: str) -> None:
     with pytest.raises(LossProblem, match=message):
         _loss([-1.0, -2.0], [-1.0, -2.0], [1.0, 1.0], [1.0, 1.0], algorithm=algorithm)
-
-
-def test_ppo_clip_loss_keeps_token_sums_for_the_benchmark() -> None:
-    lp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
-    terms = ppo_clip_loss(lp, lp.detach(), torch.tensor([[1.0, 3.0]]), torch.ones(1, 2),
-                          clip_eps=0.2)
-    assert terms.loss.item() == pytest.approx(-4.0) and terms.tokens == 2.0

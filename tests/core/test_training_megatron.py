@@ -16,9 +16,9 @@ import torch
 from rollyard import Sample
 from rollyard.training import TrainConfig, TrainGroup
 from rollyard.training.batching import TrainItem, collate
-from rollyard.training.checkpoint import load_hf_weights, read_hf_config
 from rollyard.training.convert import ModelShape, hf_to_megatron, megatron_to_hf
 from rollyard.training.group import minibatch_shares
+from rollyard.training.hf_folder import load_hf_weights, read_hf_config
 
 SHAPE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
          "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,

@@ -1,13 +1,18 @@
-"""Sample validation: the invariants the core checks on every sample a plugin returns."""
+"""Sample validation: the invariants the core checks on every sample a plugin returns; its
+typed marks, across the wire and pickle."""
 
 from __future__ import annotations
 
+import copy
+import json
 import math
+import pickle
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rollyard import SampleError, SampleStatus
+from rollyard.env_server.wire import sample_from_data, sample_to_data
 from rollyard.types import Sample
 
 STATUS_VALUES = [s.value for s in SampleStatus]
@@ -130,3 +135,85 @@ def test_response_views_and_usability() -> None:
     usable = {s: Sample([1], 1, [], [], status=s).usable for s in SampleStatus}
     assert usable == {SampleStatus.COMPLETED: True, SampleStatus.TRUNCATED: True,
                       SampleStatus.ABORTED: False, SampleStatus.FAILED: False}
+
+
+def marked() -> Sample:
+    return Sample(tokens=[1, 2, 3], prompt_len=1, loss_mask=[1, 1], logprobs=[-0.1, -0.2],
+                  status=SampleStatus.ABORTED, task_id="t", group_id="g", weight_version=2,
+                  metadata={"env": "e"}, failure="engine aborted", completion="hi",
+                  replayed_from_version=1)
+
+
+def marks(sample: Sample) -> tuple:
+    return (sample.status, sample.failure, sample.completion, sample.replayed_from_version)
+
+
+def test_the_marks_are_fields_copied_under_their_metadata_keys_for_old_plugins():
+    sample = marked()
+    assert marks(sample) == (SampleStatus.ABORTED, "engine aborted", "hi", 1)
+    assert sample.metadata == {"env": "e", "failure": "engine aborted", "completion": "hi",
+                               "replayed_from_version": 1}
+    old = Sample(tokens=[1, 2], prompt_len=1, loss_mask=[1], logprobs=[-0.1],
+                 metadata={"failure": "made by an old plugin", "completion": "x"})
+    assert marks(old) == (SampleStatus.FAILED, "made by an old plugin", "x", None)
+    for no_reason in ("", None, False):  # an old plugin's "no failure"
+        kept = Sample(tokens=[1, 2], prompt_len=1, loss_mask=[1], logprobs=[-0.1],
+                      metadata={"failure": no_reason})
+        assert kept.usable and kept.failure is None
+    sample.fail("rescored badly")
+    assert (sample.status, sample.reward, sample.metadata["failure"]) == (
+        SampleStatus.FAILED, 0.0, "rescored badly")
+
+
+@pytest.mark.parametrize(("name", "value"), [("failure", 3), ("completion", ["hi"]),
+                                             ("replayed_from_version", "1"),
+                                             ("metadata", None)])
+def test_a_mark_of_the_wrong_type_is_named(name, value):
+    sample = marked()
+    setattr(sample, name, value)
+    with pytest.raises(SampleError, match=f"field '{name}'"):
+        sample.validate()
+
+
+def test_the_marks_cross_the_env_server_wire_and_old_servers_samples_still_give_them():
+    sample = marked()
+    data = sample_to_data(sample)
+    assert data["metadata"] == {"env": "e"}  # the reply is not sent twice
+    back = sample_from_data(json.loads(json.dumps(data)))
+    assert back == sample and marks(back) == marks(sample)
+    # a server from before the fields: the marks only in the metadata
+    old = {k: v for k, v in data.items() if k not in ("failure", "completion",
+                                                      "replayed_from_version")}
+    old["metadata"] = dict(sample.metadata)
+    assert marks(sample_from_data(old)) == marks(sample)
+
+
+def test_the_marks_survive_pickle_and_a_sample_pickled_before_them_reads_none():
+    sample = marked()
+    back = pickle.loads(pickle.dumps(sample))  # rollout workers (Ray), checkpoints
+    assert back == sample and marks(back) == marks(sample)
+    back.metadata["completion"] = "edited after the transfer"
+    back.sync_marks()
+    assert back.completion == "edited after the transfer"
+    old = Sample(tokens=[1, 2], prompt_len=1, loss_mask=[1], logprobs=[-0.1])
+    for name in ("failure", "completion", "replayed_from_version", "_synced_marks"):
+        del old.__dict__[name]  # as a checkpoint written before the fields holds it
+    restored = pickle.loads(pickle.dumps(old))
+    assert marks(restored) == (SampleStatus.COMPLETED, None, None, None)
+    restored.validate()
+    restored.sync_marks()
+    assert restored.metadata == {}
+
+
+def test_a_shallow_copy_reconciles_its_marks_on_its_own():
+    original = marked()
+    copied = copy.copy(original)
+    copied.metadata = dict(original.metadata)
+    copied.completion = "changed in the copy's field"
+    copied.sync_marks()
+    original.metadata["completion"] = "changed under the original's old key"
+    original.sync_marks()
+    assert (copied.completion, copied.metadata["completion"]) == (
+        "changed in the copy's field",) * 2
+    assert (original.completion, original.metadata["completion"]) == (
+        "changed under the original's old key",) * 2

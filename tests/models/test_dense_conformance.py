@@ -20,7 +20,6 @@ from architectures import ARCHITECTURES, model_type
 from engine_sampler import EngineSampler, prompts
 from rollyard import Sample
 from rollyard.training import TrainConfig, TrainGroup
-from rollyard.training.checkpoint import load_hf_weights, read_hf_config
 from rollyard.training.convert import (
     MOE_MODEL_TYPES,
     ModelShape,
@@ -28,6 +27,7 @@ from rollyard.training.convert import (
     hf_to_megatron,
     megatron_to_hf,
 )
+from rollyard.training.hf_folder import load_hf_weights, read_hf_config
 
 TOLERANCE = 1e-4
 ARCHS = list(ARCHITECTURES)

@@ -13,7 +13,7 @@ import pytest
 import torch
 from engine_sampler import EngineSampler, prompts
 from rollyard.training import TrainConfig, TrainGroup
-from rollyard.training.checkpoint import load_hf_weights
+from rollyard.training.hf_folder import load_hf_weights
 
 #: measured: 1.7e-3 at steps 1 and 2 (qwen2 row, trainer and engine in bf16, CPU);
 #: in fp32 on both sides the conformance suite holds it to 1e-4
@@ -65,7 +65,7 @@ def test_bf16_training_with_a_bf16_engine(model_dirs, ray_session,
 
 
 def test_fp32_export_keeps_config_json_byte_for_byte(tmp_path: pathlib.Path) -> None:
-    from rollyard.training.checkpoint import write_hf_folder
+    from rollyard.training.hf_folder import write_hf_folder
 
     source = tmp_path / "source"
     source.mkdir()

@@ -21,7 +21,7 @@ from rollyard import (
 from rollyard.config import RunConfig
 from rollyard.run.engines import EngineFleet
 from rollyard.run.partial_rollouts import MAX_RESUMES, ResumingTransport
-from rollyard.run.weight_sync import make_weight_sync
+from rollyard.run.weight_push import make_weight_sync
 from rollyard_plugins.embedded_engine.launcher import EmbeddedEngine
 from rollyard_plugins.sglang_transport import SGLangTransport, parse_generate_response
 from test_weight_sync import PROMPT, InProcessTrainer

@@ -14,7 +14,7 @@ from rollyard import cli
 from rollyard.config import RunConfig
 from rollyard.plugins import PluginManager
 from rollyard.run.collect import with_text
-from rollyard.run.evaluate import eval_metrics
+from rollyard.run.eval_split import eval_metrics
 from rollyard.run.group_draw import GroupDraw
 from rollyard.run.metrics import sample_metrics
 from rollyard.types import Sample, SampleStatus
@@ -62,8 +62,10 @@ def test_samples_jsonl_rows_hold_text_outcome_and_version(tmp_path):
     assert (done["prompt_text"], done["response_text"]) == ("ab", "cd")
     assert done["rewards"] == {"exact-match": 1.0, "char-f1": 0.5} and done["reward"] == 1.5
     assert (done["status"], done["failure"], done["weight_version"]) == ("completed", None, 3)
-    assert done["metadata"] == {"completion": "cd"}  # the text is not repeated there
+    assert done["completion"] == "cd" and done["replayed_from_version"] is None
     assert (lost["status"], lost["failure"]) == ("failed", "reward raised KeyError")
+    # the text and the marks are not repeated under their metadata keys
+    assert done["metadata"] == {} and lost["metadata"] == {}
 
 
 def test_samples_jsonl_writes_dataclasses_in_the_metadata_as_objects(tmp_path):

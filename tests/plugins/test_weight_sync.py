@@ -1,5 +1,5 @@
 """``--weight-sync distributed`` against the embedded engine: the run's side of the protocol
-(:class:`rollyard.run.weight_sync.DistributedWeightSync`) with the trainer's rank 0 played by
+(:class:`rollyard.run.weight_push.DistributedWeightSync`) with the trainer's rank 0 played by
 this process, and the faults: an engine that dies during an update, a group that cannot form.
 The engine's side of each endpoint is pinned by the transport contract suite."""
 
@@ -16,7 +16,7 @@ import time
 import pytest
 from rollyard import GenerateRequest, SamplingParams, TransportError
 from rollyard.run.engines import EngineFleet
-from rollyard.run.weight_sync import DiskWeightSync, DistributedWeightSync
+from rollyard.run.weight_push import DiskWeightSync, DistributedWeightSync
 from rollyard_plugins.embedded_engine.launcher import EmbeddedEngine
 from rollyard_plugins.sglang_transport import SGLangTransport
 
@@ -318,14 +318,14 @@ def test_a_broadcast_staged_by_the_train_step_serves_the_trained_weights(
 def test_a_staged_broadcast_no_engine_received_fails_the_next_one_by_name() -> None:
     from concurrent.futures import Future
 
-    from rollyard.training import weight_sync
+    from rollyard.training import weight_sender
 
     with pytest.raises(RuntimeError, match="'g1' was never received"):
-        weight_sync._finished(Future(), "g1", 0.05)
+        weight_sender._finished(Future(), "g1", 0.05)
     failed: Future = Future()
     failed.set_exception(RuntimeError("broadcasting the weights over group 'g1' failed"))
     with pytest.raises(RuntimeError, match="failed"):
-        weight_sync._finished(failed, "g1", 0.05)
+        weight_sender._finished(failed, "g1", 0.05)
 
 
 def test_a_staged_broadcast_the_engines_never_take_ends_with_its_group(

@@ -11,7 +11,7 @@ import pickle
 from typing import Any
 
 from rollyard.errors import ConfigError
-from rollyard.types import Sample, SampleStatus
+from rollyard.types import MARKS, Sample, SampleStatus
 
 #: The largest request body a server accepts (a session's spec, a state to load).
 MAX_BODY = 64 * 1024 * 1024
@@ -20,6 +20,9 @@ MAX_BODY = 64 * 1024 * 1024
 def sample_to_data(sample: Sample) -> dict[str, Any]:
     data = dataclasses.asdict(sample)
     data["status"] = sample.status.value
+    # the marks travel as fields: their copies under the metadata keys are made again on arrival
+    data["metadata"] = {k: v for k, v in data["metadata"].items()
+                        if k not in MARKS or v != data[k]}
     return data
 
 

@@ -157,8 +157,8 @@ class Conversation:
     def sample(self, status: SampleStatus | str | None = None, *, reward: float = 0.0,
                rewards: dict[str, float] | None = None, **metadata: Any) -> Sample:
         """The episode as a Sample: ``truncated`` when the context ran out, else ``status``
-        (default ``completed``); the oldest weight version of its turns; metadata
-        ``completion`` (the last reply's text), ``replies``, ``turns`` and ``metadata``.
+        (default ``completed``); the oldest weight version of its turns; ``completion`` the
+        last reply's text (unless given); metadata ``replies``, ``turns`` and ``metadata``.
         Raises RolloutError when the model was never asked (no generated tokens)."""
         if not self._weight_versions:
             raise RolloutError(
@@ -173,8 +173,8 @@ class Conversation:
             status=SampleStatus(status or SampleStatus.COMPLETED), reward=reward,
             rewards=dict(rewards or {}), task_id=self.task.id, group_id=self.group_id,
             weight_version=min(self._weight_versions),
-            metadata={"completion": self.replies[-1].text,
-                      "replies": [t.text for t in self.replies], "turns": self.turns,
+            completion=metadata.pop("completion", self.replies[-1].text),
+            metadata={"replies": [t.text for t in self.replies], "turns": self.turns,
                       **metadata})
 
 

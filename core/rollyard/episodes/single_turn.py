@@ -55,7 +55,8 @@ def lost_sample(task: Task, group_id: str, error: BaseException, prompt_ids: lis
     ``failed``; ``where`` (``turn 2: ``) prefixes the reason."""
     status = SampleStatus.ABORTED if isinstance(error, EngineAborted) else SampleStatus.FAILED
     lost = Sample.lost(task.id, group_id, status, f"{where}{error}", prompt_ids)
-    lost.metadata["completion"] = ""
+    lost.completion = ""
+    lost.sync_marks()
     return lost
 
 
@@ -63,7 +64,7 @@ async def sample_single_turn(context: RolloutContext, task: Task, n: int) -> lis
     """Run ``n`` single-turn episodes of ``task`` through the run's transport, as one batch
     (:meth:`rollyard.Transport.generate_batch`); each request keeps its own sampling seed.
 
-    Each sample records the decoded completion in ``metadata["completion"]``. An engine abort
+    Each sample records the decoded completion in ``completion``. An engine abort
     makes that sample ``aborted``; a transport error makes it ``failed``; both keep the reason.
     """
     prompt_ids = render_prompt(context.tokenizer, task.prompt)
@@ -79,8 +80,7 @@ async def sample_single_turn(context: RolloutContext, task: Task, n: int) -> lis
             loss_mask=[1] * len(result.output_ids), logprobs=list(result.logprobs),
             status=status, task_id=task.id, group_id=group_id,
             weight_version=result.weight_version,
-            metadata={"completion": context.tokenizer.decode(result.output_ids,
-                                                             skip_special_tokens=True)})
+            completion=context.tokenizer.decode(result.output_ids, skip_special_tokens=True))
 
     # the whole group in one call: an engine sees its shared prompt once
     requests = [GenerateRequest(prompt_ids, episode_sampling(context, index),

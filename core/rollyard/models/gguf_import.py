@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import pathlib
 import shutil
-from dataclasses import dataclass
 from typing import Any
 
 from rollyard.errors import ConfigError
@@ -28,15 +27,6 @@ from rollyard.errors import ConfigError
 #: trainer converts (llama.cpp stores Mistral models as ``llama``)
 SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3")
 _MAGIC = b"GGUF"
-
-
-@dataclass(frozen=True)
-class GGUFSummary:
-    """What :func:`inspect_gguf` read from a file's header."""
-
-    architecture: str
-    name: str
-    tensor_types: dict[str, int]  # type name -> tensors of that type
 
 
 def _dequantizable_types() -> set[str]:
@@ -57,7 +47,7 @@ def _require_gguf(command: str) -> None:
                           "'accelerate>=1.0'` (they come with `rollyard[train]`)")
 
 
-def inspect_gguf(path: str | pathlib.Path, command: str = "import-gguf") -> GGUFSummary:
+def inspect_gguf(path: str | pathlib.Path, command: str = "import-gguf") -> None:
     """Check that ``path`` is a complete GGUF file of a supported architecture whose tensors
     can all be dequantized; ConfigError (one line naming the file) otherwise."""
     file = pathlib.Path(path)
@@ -83,15 +73,11 @@ def inspect_gguf(path: str | pathlib.Path, command: str = "import-gguf") -> GGUF
     if architecture not in SUPPORTED_ARCHITECTURES:
         raise ConfigError(f"{where}: GGUF architecture {architecture!r} is not supported "
                           f"(supported: {', '.join(SUPPORTED_ARCHITECTURES)})")
-    counts: dict[str, int] = {}
-    for tensor in tensors:
-        counts[tensor.tensor_type.name] = counts.get(tensor.tensor_type.name, 0) + 1
-    unknown = sorted(set(counts) - _dequantizable_types())
+    unknown = sorted({tensor.tensor_type.name for tensor in tensors} - _dequantizable_types())
     if unknown:
         raise ConfigError(f"{where}: tensor type(s) {', '.join(unknown)} cannot be dequantized "
                           f"by the installed gguf package (supported: "
                           f"{', '.join(sorted(_dequantizable_types()))})")
-    return GGUFSummary(architecture, _string_field(reader, "general.name") or file.stem, counts)
 
 
 def _string_field(reader: Any, key: str) -> str | None:

@@ -18,9 +18,6 @@ from collections.abc import Callable, Sequence
 
 from rollyard.types import Sample
 
-#: ``Sample.metadata`` key of a replayed copy: the weight version that generated the sample.
-REPLAYED_FROM = "replayed_from_version"
-
 
 class BestSamples:
     """The highest-reward usable sample of each task seen so far, without its metadata. They
@@ -43,13 +40,13 @@ class BestSamples:
             kept = self._best.get(top.task_id)
             if kept is not None and kept.reward > top.reward:
                 replayed.append(dataclasses.replace(
-                    kept, group_id=group_id, weight_version=top.weight_version,
-                    metadata={REPLAYED_FROM: kept.weight_version}))
+                    kept, group_id=group_id, weight_version=top.weight_version, metadata={},
+                    replayed_from_version=kept.weight_version))
             best_so_far = found.get(top.task_id, kept)
             if best_so_far is None or top.reward > best_so_far.reward:
                 # what training needs, without the environment's metadata (the decoded text
                 # and whatever the rollout kept): one sample per task stays in memory
-                found[top.task_id] = dataclasses.replace(top, metadata={})
+                found[top.task_id] = dataclasses.replace(top, metadata={}, completion=None)
         self._best.update(found)
         return replayed
 
@@ -63,10 +60,10 @@ class BestSamples:
 
 def rescore_replayed(trained: Sequence[Sample],
                      logprobs: Callable[[list[Sample]], list[list[float]]]) -> None:
-    """Give the replayed samples of ``trained`` (those marked ``REPLAYED_FROM``) the logprobs
+    """Give the replayed samples of ``trained`` (``replayed_from_version`` set) the logprobs
     ``logprobs`` computes for them: the current policy's, which their ratio is taken against
     (the engine's were an older policy's)."""
-    replayed = [sample for sample in trained if REPLAYED_FROM in sample.metadata]
+    replayed = [sample for sample in trained if sample.replayed_from_version is not None]
     if replayed:
         for sample, current in zip(replayed, logprobs(replayed), strict=True):
             sample.logprobs = list(current)

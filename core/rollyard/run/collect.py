@@ -51,6 +51,7 @@ def checked(samples: object, task: Task, plugin: str,
             item.task_id = task.id
         try:
             item.validate()
+            item.sync_marks()  # what a plugin wrote under the marks' old metadata keys
         except SampleError as exc:
             result.append(placeholder(task, SampleStatus.FAILED, f"rollout {plugin!r}: {exc}",
                                       item.group_id))

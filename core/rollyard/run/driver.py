@@ -23,7 +23,7 @@ from rollyard.plugin_options import observer_tables, table_of
 from rollyard.plugins import PluginManager
 from rollyard.run.best_replay import BestSamples, rescore_replayed
 from rollyard.run.engines import EngineFleet
-from rollyard.run.evaluate import EvalPlan, run_evaluation
+from rollyard.run.eval_split import EvalPlan, run_evaluation
 from rollyard.run.group_draw import GroupDraw, draw_groups, resample_budget
 from rollyard.run.metrics import environment_metrics, failure_reasons, sample_metrics
 from rollyard.run.mix import EnvironmentPools, environment_config
@@ -45,7 +45,7 @@ from rollyard.run.signals import RunStopped, StopNotSaved, StopSignals
 from rollyard.run.staleness import VersionLog, drop_stale, staleness_metrics
 from rollyard.run.task_source import TaskSource, make_source
 from rollyard.run.warden import Warden
-from rollyard.run.weight_sync import make_weight_sync
+from rollyard.run.weight_push import make_weight_sync
 from rollyard.seeding import derive_seed
 from rollyard.types import Sample
 
@@ -699,7 +699,7 @@ class RunSession:
 
     async def push_weights(self, transport: Any, step: int) -> int:
         """Make every engine serve the policy as weight version ``step`` (``--weight-sync``,
-        :mod:`rollyard.run.weight_sync`); returns how many dead engines were relaunched on
+        :mod:`rollyard.run.weight_push`); returns how many dead engines were relaunched on
         the way."""
         async with self._engines:
             restarted = await self.weight_sync.push(transport, step)

@@ -50,5 +50,5 @@ def environment_metrics(samples: list[Sample]) -> dict[str, float]:
 
 
 def failure_reasons(samples: list[Sample], limit: int = 3) -> list[str]:
-    reasons = Counter(s.metadata.get("failure", "?") for s in samples if not s.usable)
+    reasons = Counter(s.failure or "?" for s in samples if not s.usable)
     return [f"{count}x {reason}" for reason, count in reasons.most_common(limit)]

@@ -224,7 +224,6 @@ class RolloutPool:
         self.workers = [self._remote.remote(spec, i) for i in range(count)]
         self.config = spec.config
         self.group_size = int(spec.config["group_size"])
-        self.restarts = 0
         #: closing: a worker lost now is not started again
         self.closing = False
         ray.get([w.__ray_ready__.remote() for w in self.workers])
@@ -236,7 +235,6 @@ class RolloutPool:
         ray.kill(self.workers[index])
         self.workers[index] = self._remote.remote(self.spec, index)
         ray.get(self.workers[index].__ray_ready__.remote())
-        self.restarts += 1
 
     def num_tasks(self, split: str) -> int:
         import ray

@@ -25,7 +25,7 @@ from rollyard.run.checkpoints import BEST_SAMPLES_FILE, Checkpoint, CheckpointSt
 from rollyard.run.faults import fault_point
 from rollyard.run.signals import StopSignals
 
-#: The weights file of an exported HF folder (rollyard.training.checkpoint.WEIGHTS_FILE,
+#: The weights file of an exported HF folder (rollyard.training.hf_folder.WEIGHTS_FILE,
 #: not imported: that module imports torch).
 WEIGHTS_FILE = "model.safetensors"
 

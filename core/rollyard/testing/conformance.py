@@ -183,11 +183,6 @@ def check_rollout(rollout_cls: type[Rollout], *, options: Any = None,
     return checker.report
 
 
-def core_defaults() -> dict[str, Any]:
-    """The run config a rollout sees when ``rollyard train`` is given no options."""
-    return RunConfig().to_data()
-
-
 def _with(cls: type, options: Any, overrides: Mapping[str, Any] | None) -> Any:
     """The options of ``cls`` with ``overrides`` (by option name) applied and checked, typed
     or dict alike."""
@@ -443,20 +438,23 @@ class _RolloutChecker:
             problems.append(f"returned {len(returned)} samples for {self.n} episodes; every "
                             "episode needs at least one sample (a failed one if it was lost)")
         originals = list(returned) if isinstance(returned, list) else []
+        # as the plugin reported them: the core fails a usable sample that has a failure
+        reported = {id(s): s.status for s in originals if isinstance(s, Sample)}
         for sample in checked(returned, task, self.name):
             if not any(sample is original for original in originals):
-                problems.append(sample.metadata["failure"])
+                problems.append(sample.failure or "?")
         for i, s in enumerate(x for x in originals if isinstance(x, Sample)):
             if s.task_id != task.id:
                 problems.append(f"sample {i}: field 'task_id' is {s.task_id!r}")
             if not s.group_id:
                 problems.append(f"sample {i}: field 'group_id' is empty; GRPO groups by it")
-            if not expect_usable and s.status in USABLE:
-                problems.append(f"sample {i}: field 'status' is {s.status.value!r} though "
+            if not expect_usable and reported[id(s)] in USABLE:
+                problems.append(f"sample {i}: field 'status' is "
+                                f"{SampleStatus(reported[id(s)]).value!r} though "
                                 "every generation failed; expected 'aborted' or 'failed'")
         statuses = [s.status for s in originals if isinstance(s, Sample)]
         if expect_usable and not problems and not any(s in USABLE for s in statuses):
-            reasons = {s.metadata.get("failure", "?") for s in originals}
+            reasons = {s.failure or "?" for s in originals if isinstance(s, Sample)}
             problems.append(f"no sample is completed or truncated; failures: {sorted(reasons)}")
         if problems:
             self.add(check, False, f"{self.where}, task {task.id!r}: " + "; ".join(problems),
@@ -490,7 +488,7 @@ class _RolloutChecker:
             self.add(check, True, "none: the rollout scores its own samples")
             return
         await rewards.score_group(samples, task)
-        problems = [s.metadata["failure"] for s in samples if s.status is SampleStatus.FAILED]
+        problems = [s.failure or "?" for s in samples if s.status is SampleStatus.FAILED]
         for s in samples:
             try:
                 s.validate()

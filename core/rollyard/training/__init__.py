@@ -1,7 +1,7 @@
 """Megatron policy training: the train group on Ray, the algorithm plugin's loss, HF <-> Megatron
 conversion.
 
-Importing this package is light; torch, Ray and megatron-core load when a group starts::
+Importing this package loads torch; Ray and megatron-core load when a group starts::
 
     from rollyard.training import TrainConfig, TrainGroup
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from rollyard.algorithms import Algorithm, PolicyLossInput, StepInfo, ppo_clip
+from rollyard.algorithms import Algorithm, PolicyLossInput, StepInfo
 from rollyard.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -194,22 +194,3 @@ def micro_batch_loss(algorithm: Algorithm, logprobs: torch.Tensor,
         terms.tis_truncated = float(((ratio > tis_cap).to(mask.dtype) * mask).sum())
         terms.tis_ratio_max = float((ratio * mask).max()) if mask.any() else 0.0
     return terms
-
-
-def ppo_clip_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
-                  mask: torch.Tensor, *, clip_eps: float, entropy: torch.Tensor | None = None,
-                  entropy_coef: float = 0.0, ref_logprobs: torch.Tensor | None = None,
-                  kl_coef: float = 0.0) -> LossTerms:
-    """GRPO's loss as *sums* over masked tokens, without a plugin (kept for
-    ``benchmarks/train_step.py``; the trainer uses :func:`micro_batch_loss`)."""
-    mask = mask.to(logprobs.dtype)
-    out = ppo_clip(torch.exp(logprobs - old_logprobs), advantages, clip_eps, clip_eps)
-    policy = (out.per_token * mask).sum()
-    kl_sum, entropy_sum = _regularisers(logprobs, mask, entropy, ref_logprobs)
-    loss = policy + kl_coef * kl_sum - entropy_coef * entropy_sum
-    with torch.no_grad():
-        clip_sum = float((out.clipped.to(mask.dtype) * mask).sum())
-        mismatch = float(((logprobs - old_logprobs).abs() * mask).sum())
-    return LossTerms(loss=loss, policy_loss=float(policy.detach()), kl=float(kl_sum.detach()),
-                     entropy=float(entropy_sum.detach()), clip_fraction=clip_sum,
-                     logprob_mismatch=mismatch, tokens=float(mask.sum()))

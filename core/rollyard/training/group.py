@@ -17,9 +17,10 @@ from rollyard.errors import ConfigError, PluginError, RollyardError
 from rollyard.model_facts import fail_if_too_long, model_max_tokens, rewards_differ
 from rollyard.training.algorithm import load_algorithm
 from rollyard.training.batching import TrainItem, check_item, split_for_data_parallel
-from rollyard.training.checkpoint import read_hf_config, weight_files
 from rollyard.training.config import TrainConfig
+from rollyard.training.hf_folder import read_hf_config, weight_files
 from rollyard.training.model import check_hf_config, check_tensor_parallel
+from rollyard.training.worker import MegatronWorker
 from rollyard.types import Sample
 
 PLACEMENT_TIMEOUT_S = 120.0
@@ -109,8 +110,6 @@ class TrainGroup:
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        from rollyard.training.worker import MegatronWorker
-
         if not ray.is_initialized():
             raise ConfigError("TrainGroup needs Ray: call ray.init() (or pass --ray-address) "
                               "before creating it")
@@ -186,7 +185,7 @@ class TrainGroup:
                                                        dict[str, float]]:
         """The samples that are trained on, as items with the algorithm's advantages; the
         step's sizes; group counts. A sample longer than the model's context is failed in
-        place (status, ``metadata["failure"]``), left out and counted, never fatal."""
+        place (status, ``failure``), left out and counted, never fatal."""
         count = len(samples)
         samples = [s for s in samples if not fail_if_too_long(s, self.max_len)]
         too_long = count - len(samples)
@@ -275,7 +274,7 @@ class TrainGroup:
         return _get_all([a.logprobs.remote(items) for a in self._scorers])[0]
 
     # In-memory weight sync: global rank 0 broadcasts to the engines (--weight-sync
-    # distributed; rollyard.run.weight_sync drives the engines' side).
+    # distributed; rollyard.run.weight_push drives the engines' side).
 
     def weight_sync_address(self) -> tuple[str, int]:
         """Rank 0's node address and a free port there, for a weight-update rendezvous."""

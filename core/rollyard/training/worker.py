@@ -9,6 +9,7 @@ is applied first; with CUDA they use NCCL and nothing is patched.
 from __future__ import annotations
 
 import datetime
+import functools
 import socket
 import time
 import warnings
@@ -16,9 +17,9 @@ from collections import defaultdict
 
 import torch
 
+import rollyard.training.cpu_compat as cpu_compat
 from rollyard.algorithms import StepInfo
 from rollyard.errors import PluginError
-from rollyard.training import cpu_compat
 from rollyard.training.algorithm import (
     LossProblem,
     load_algorithm,
@@ -26,10 +27,17 @@ from rollyard.training.algorithm import (
     token_logprobs,
 )
 from rollyard.training.batching import TrainItem, chunks, collate, micro_batches
-from rollyard.training.checkpoint import load_hf_weights, read_hf_config, write_hf_folder
 from rollyard.training.config import TrainConfig
 from rollyard.training.convert import ModelShape, hf_to_megatron
+from rollyard.training.hf_folder import load_hf_weights, read_hf_config, write_hf_folder
 from rollyard.training.model import build_gpt_model, scoring, torch_dtype
+from rollyard.training.trainer_state import load_rank_state, save_rank_state
+from rollyard.training.weight_sender import (
+    RankZeroSender,
+    backend_for,
+    gather_hf_state,
+    weight_specs,
+)
 
 # A rank that waits this long in a collective gives up: its peer is dead or stuck.
 COLLECTIVE_TIMEOUT_S = 600
@@ -64,6 +72,12 @@ class MegatronWorker:
         self.shape = ModelShape.from_hf_config(self.hf_config)
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.algorithm, self.algorithm_plugin = load_algorithm(config)
+
+    @functools.cached_property
+    def weight_sender(self) -> RankZeroSender:
+        """Rank 0's weight-update groups with the engines and the broadcasts staged for them
+        (made on first use: a run with ``--weight-sync disk`` never needs one)."""
+        return RankZeroSender()
 
     @staticmethod
     def free_address() -> tuple[str, int]:
@@ -169,18 +183,16 @@ class MegatronWorker:
 
         ``then_broadcast`` names a weight-update group: after the update, the new weights are
         staged for its next broadcast (:meth:`RankZeroSender.stage_broadcast
-        <rollyard.training.weight_sync.RankZeroSender.stage_broadcast>`), which the result's
+        <rollyard.training.weight_sender.RankZeroSender.stage_broadcast>`), which the result's
         ``weight_staging_s`` times.
         """
         from megatron.core.distributed import finalize_model_grads
-
-        from rollyard.training.weight_sync import sender_of
 
         if not isinstance(step, StepInfo):
             step = StepInfo(sequences=len(items), tokens=float(step), max_response_len=max(
                 (len(item.loss_mask) for item in items), default=1))
         start = time.perf_counter()
-        sender_of(self).settle()  # a staged weight broadcast has copied the weights
+        self.weight_sender.settle()  # a staged weight broadcast has copied the weights
         self.ddp.train()
         self.ddp.zero_grad_buffer()
         self.optimizer.zero_grad()
@@ -198,7 +210,7 @@ class MegatronWorker:
                   "step_time": time.perf_counter() - start}
         if then_broadcast is not None:
             staging = time.perf_counter()
-            sender_of(self).stage_broadcast(self, then_broadcast)
+            self.weight_sender.stage_broadcast(self, then_broadcast)
             result["weight_staging_s"] = time.perf_counter() - staging
         return result
 
@@ -303,18 +315,14 @@ class MegatronWorker:
                         for i, item in enumerate(chunk)]
         return out
 
-    # In-memory weight sync (rollyard.training.weight_sync): rank 0 of the train group is
+    # In-memory weight sync (rollyard.training.weight_sender): rank 0 of the train group is
     # rank 0 of a process group with every engine.
 
     def weight_sync_specs(self) -> list | None:
         """What a weight broadcast sends (rank 0; every rank must call this)."""
-        from rollyard.training.weight_sync import weight_specs
-
         return weight_specs(self)
 
     def weight_sync_backend(self) -> str:
-        from rollyard.training.weight_sync import backend_for
-
         return backend_for(self.device)
 
     def open_weight_sync(self, master_address: str, master_port: int, world_size: int,
@@ -322,22 +330,16 @@ class MegatronWorker:
                          buckets: list) -> None:
         """Host the rendezvous of a weight-update group and join it as rank 0 (rank 0 only;
         blocks until every engine joined); each broadcast will send ``buckets``."""
-        from rollyard.training.weight_sync import sender_of
-
-        sender_of(self).open(master_address=master_address, master_port=master_port,
-                             world_size=world_size, group_name=group_name, backend=backend,
-                             timeout_s=timeout_s, buckets=buckets, device=self.device)
+        self.weight_sender.open(master_address=master_address, master_port=master_port,
+                                world_size=world_size, group_name=group_name, backend=backend,
+                                timeout_s=timeout_s, buckets=buckets, device=self.device)
 
     def broadcast_weights(self, group_name: str) -> None:
         """Broadcast the current policy to the group's engines; every rank must call this."""
-        from rollyard.training.weight_sync import sender_of
-
-        sender_of(self).send(self, group_name)
+        self.weight_sender.send(self, group_name)
 
     def close_weight_sync(self, group_name: str) -> None:
-        from rollyard.training.weight_sync import sender_of
-
-        sender_of(self).close(group_name)
+        self.weight_sender.close(group_name)
 
     @torch.no_grad()
     def export_hf(self, out_dir: str) -> str | None:
@@ -346,8 +348,6 @@ class MegatronWorker:
         Every rank must call this (the gather is a collective of the first data-parallel
         replica); ranks other than 0 return None.
         """
-        from rollyard.training.weight_sync import gather_hf_state
-
         state = gather_hf_state(self)
         if state is None:
             return None
@@ -360,16 +360,11 @@ class MegatronWorker:
     def save_checkpoint(self, folder: str) -> None:
         """Write this rank's model, optimizer, LR schedule and rng states into ``folder``;
         every rank must call this (see :mod:`rollyard.training.trainer_state`)."""
-        from rollyard.training.trainer_state import save_rank_state
-
         save_rank_state(self, folder)
 
     def load_checkpoint(self, folder: str) -> None:
         """Load what :meth:`save_checkpoint` wrote; every rank must call this."""
-        from rollyard.training.trainer_state import load_rank_state
-        from rollyard.training.weight_sync import sender_of
-
-        sender_of(self).settle()
+        self.weight_sender.settle()
         load_rank_state(self, folder)
 
     def shutdown(self) -> None:

@@ -16,9 +16,9 @@ import os
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from rollyard import RewardContext, Sample, SampleStatus, Task, hookimpl
+from rollyard import RewardContext, Sample, Task, hookimpl
 from rollyard.errors import ConfigError
-from rollyard.evaluation import EvaluatedReward, Evaluator, Score
+from rollyard.evaluators import EvaluatedReward, Evaluator, Score
 
 from rollyard_plugins.judge.client import JudgeClient, JudgeUnavailable
 from rollyard_plugins.judge.options import PREFIX, JudgeOptions
@@ -67,7 +67,7 @@ class JudgeEvaluator(Evaluator[Judgement]):
         return list(await asyncio.gather(*(self._one(s, task) for s in samples)))
 
     async def _one(self, sample: Sample, task: Task) -> Judgement:
-        content = self.template.render(task, str(sample.metadata.get("completion", "")))
+        content = self.template.render(task, sample.completion or "")
         key = hashlib.sha256(f"{self.options.model}\0{content}".encode()).hexdigest()
         self._asked += 1
         judgement = self._cache.get(key)
@@ -100,8 +100,7 @@ class JudgeEvaluator(Evaluator[Judgement]):
 
     def _fail(self, sample: Sample, reason: str, judgement: Judgement) -> None:
         self._failed += 1
-        sample.status = SampleStatus.FAILED
-        sample.metadata["failure"] = f"judge: {reason}"
+        sample.fail(f"judge: {reason}")
         sample.metadata[METADATA_KEY] = {"reply": judgement.reply, "score": None}
 
     def metrics(self) -> dict[str, float]:

@@ -22,10 +22,13 @@ def sample_row(step: int, sample: Sample) -> dict[str, Any]:
     step's rows cost 13 ms of driver time, against 3 ms now. :func:`json_default` turns any
     dataclass in the metadata into an object when the row is written."""
     fields = {f.name: getattr(sample, f.name) for f in dataclasses.fields(sample)}
-    metadata = {k: v for k, v in fields.pop("metadata").items() if k not in TEXT_KEYS}
+    # the text is above, and the marks (failure, completion …) are fields: their copies under
+    # the metadata keys of the same names are not repeated
+    metadata = {k: v for k, v in fields.pop("metadata").items()
+                if k not in TEXT_KEYS and k not in fields}
     return {"step": step, "env": sample.metadata.get("env"), "task_id": sample.task_id,
             "group_id": sample.group_id,
-            "status": sample.status.value, "failure": sample.metadata.get("failure"),
+            "status": sample.status.value, "failure": sample.failure,
             "reward": sample.reward, "rewards": dict(sample.rewards),
             "weight_version": sample.weight_version,
             "prompt_text": sample.metadata.get("prompt_text"),

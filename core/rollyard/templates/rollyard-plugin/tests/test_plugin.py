@@ -63,7 +63,7 @@ def test_an_engine_abort_becomes_an_aborted_sample(rollyard_tokenizer, scripted_
                                    tokenizer=rollyard_tokenizer)
     samples = run_and_score(build(transport, rollyard_tokenizer), task, 2)
     assert [s.status for s in samples] == [SampleStatus.ABORTED] * 2
-    assert "engine restarted" in samples[0].metadata["failure"]
+    assert "engine restarted" in samples[0].failure
 
 
 def test_options_shape_the_tasks():

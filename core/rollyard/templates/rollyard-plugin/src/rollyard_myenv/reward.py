@@ -11,7 +11,7 @@ class SortedMatch(Reward):
     name = "myenv-sorted"
 
     async def score(self, sample: Sample, task: Task) -> float:
-        words = sample.metadata.get("completion", "").split()
+        words = (sample.completion or "").split()
         answer = task.data["answer"]
         given = words[0] if words else ""
         if given == answer:

@@ -4,7 +4,8 @@ Every rank of the first data-parallel replica gathers its tensor-parallel shards
 gather and Megatron-to-Hugging-Face conversion as the HF export), and global rank 0 — rank 0
 of the weight-update group it shares with every engine — broadcasts the tensors bucket by
 bucket (:mod:`rollyard.weight_transfer`). The ranks call these functions through small
-methods of :class:`rollyard.training.worker.MegatronWorker`.
+methods of :class:`rollyard.training.worker.MegatronWorker`, which they only know as the few
+attributes of a :class:`TrainRank`.
 """
 
 from __future__ import annotations
@@ -12,21 +13,48 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
-from rollyard.training.convert import hf_shaped, megatron_to_hf_blocks
-from rollyard.weight_transfer import JobThread, TensorSpec, dtype_name
-
-if TYPE_CHECKING:
-    from rollyard.training.worker import MegatronWorker
+from rollyard.errors import RollyardError
+from rollyard.training.convert import (
+    ModelShape,
+    global_expert_name,
+    hf_shaped,
+    megatron_to_hf_blocks,
+)
+from rollyard.training.cpu_compat import native_compute
+from rollyard.weight_transfer import (
+    JobThread,
+    TensorSpec,
+    destroy_process_group,
+    dtype_name,
+    empty_bucket,
+    init_process_group,
+    unpack,
+)
 
 #: Seconds a staged broadcast may still take to finish once its engines said they have it.
 STAGED_BROADCAST_WAIT_S = 10.0
 
 
-def gather_hf_state(worker: MegatronWorker) -> dict[str, torch.Tensor] | None:
+class TrainRank(Protocol):
+    """What the gather and the broadcast read of a train rank (a ``MegatronWorker``)."""
+
+    #: Global rank, and the tensor-, data- and expert-parallel layout it is part of.
+    rank: int
+    tp: int
+    dp_rank: int
+    ep: int
+    #: The rank's Megatron model (its shards of the parameters).
+    model: torch.nn.Module
+    shape: ModelShape
+    #: The dtype the engines receive the weights in.
+    export_dtype: torch.dtype
+
+
+def gather_hf_state(worker: TrainRank) -> dict[str, torch.Tensor] | None:
     """The full Hugging Face state dict (in the training dtype) on global rank 0, None on
     the other ranks. Every rank must call this: the tensor-parallel ranks of the first
     data-parallel replica gather their shards together. A tensor may be a view of a
@@ -36,16 +64,14 @@ def gather_hf_state(worker: MegatronWorker) -> dict[str, torch.Tensor] | None:
 
 
 @torch.no_grad()
-def gather_hf_blocks(worker: MegatronWorker) -> dict[str, torch.Tensor] | None:
+def gather_hf_blocks(worker: TrainRank) -> dict[str, torch.Tensor] | None:
     """:func:`gather_hf_state` as :func:`rollyard.training.convert.megatron_to_hf_blocks`
     gives it: with one rank, every tensor is a view of a parameter."""
-    from rollyard.training import cpu_compat
-
-    with cpu_compat.native_compute():  # plain tensor arithmetic, no literal CUDA device
+    with native_compute():  # plain tensor arithmetic, no literal CUDA device
         return _gather(worker)
 
 
-def _gather(worker: MegatronWorker) -> dict[str, torch.Tensor] | None:
+def _gather(worker: TrainRank) -> dict[str, torch.Tensor] | None:
     import torch.distributed as dist
     from megatron.core import parallel_state
 
@@ -68,13 +94,11 @@ def _gather(worker: MegatronWorker) -> dict[str, torch.Tensor] | None:
     return megatron_to_hf_blocks(shards, worker.shape)
 
 
-def _gather_experts(worker: MegatronWorker) -> dict[str, torch.Tensor] | None:
+def _gather_experts(worker: TrainRank) -> dict[str, torch.Tensor] | None:
     """:func:`_gather` with expert parallelism (one tensor-parallel rank): each expert
     parameter is gathered over the expert-parallel group and named by its global index."""
     import torch.distributed as dist
     from megatron.core import parallel_state
-
-    from rollyard.training.convert import global_expert_name
 
     group = parallel_state.get_expert_model_parallel_group()
     state: dict[str, torch.Tensor] = {}
@@ -89,7 +113,7 @@ def _gather_experts(worker: MegatronWorker) -> dict[str, torch.Tensor] | None:
     return megatron_to_hf_blocks([state], worker.shape) if worker.rank == 0 else None
 
 
-def weight_specs(worker: MegatronWorker) -> list[TensorSpec] | None:
+def weight_specs(worker: TrainRank) -> list[TensorSpec] | None:
     """Names, dtypes and shapes of what :func:`broadcast` sends, in order (rank 0)."""
     state = gather_hf_state(worker)
     if state is None:
@@ -124,9 +148,6 @@ class RankZeroSender:
     def open(self, *, master_address: str, master_port: int, world_size: int,
              group_name: str, backend: str, timeout_s: float,
              buckets: list[list[TensorSpec]], device: torch.device) -> None:
-        from rollyard.errors import RollyardError
-        from rollyard.weight_transfer import empty_bucket, init_process_group, unpack
-
         self.close(group_name)
         try:
             self.groups[group_name] = init_process_group(
@@ -141,7 +162,7 @@ class RankZeroSender:
         self.buckets[group_name] = [(flat, unpack(flat, bucket))
                                     for flat, bucket in zip(flats, buckets)]
 
-    def send(self, worker: MegatronWorker, group_name: str) -> None:
+    def send(self, worker: TrainRank, group_name: str) -> None:
         """Broadcast the policy over group ``group_name`` (every rank calls this; only rank 0
         sends): wait for the broadcast the last train step staged, or gather and broadcast
         now when there is none. Raises RollyardError when a receiver died or stalled."""
@@ -154,7 +175,7 @@ class RankZeroSender:
         if pending is not None:
             _finished(pending, group_name, STAGED_BROADCAST_WAIT_S if staged else None)
 
-    def stage_broadcast(self, worker: MegatronWorker, group_name: str) -> None:
+    def stage_broadcast(self, worker: TrainRank, group_name: str) -> None:
         """Start the next broadcast over the group on a thread, which copies the policy into
         the group's buckets and waits there for the engines to receive (every rank calls
         this, straight after its last update of a step). The push's :meth:`send` then only
@@ -188,7 +209,7 @@ class RankZeroSender:
             self._copying.wait()
             self._copying = None
 
-    def _policy(self, worker: MegatronWorker) -> dict[str, torch.Tensor] | None:
+    def _policy(self, worker: TrainRank) -> dict[str, torch.Tensor] | None:
         """The policy on rank 0 as :func:`gather_hf_blocks` gives it (None on other ranks):
         with one tensor-parallel and one expert-parallel rank, views of the parameters made
         once, else gathered."""
@@ -203,9 +224,7 @@ class RankZeroSender:
 
     def _copy_in(self, state: dict[str, torch.Tensor], group_name: str) -> None:
         """Copy ``state`` into the group's buckets, in their dtype."""
-        from rollyard.training import cpu_compat
-
-        with cpu_compat.native_compute(), torch.no_grad():
+        with native_compute(), torch.no_grad():
             for _, tensors in self.buckets[group_name]:
                 for name, tensor in tensors:
                     source = state[name]
@@ -215,8 +234,6 @@ class RankZeroSender:
         """What sends the group's buckets, one flattened ``uint8`` broadcast each; it raises
         RollyardError when a receiver died or stalled, or the group was closed meanwhile."""
         import torch.distributed as dist
-
-        from rollyard.errors import RollyardError
 
         pg, flats = self.groups[group_name], [flat for flat, _ in self.buckets[group_name]]
 
@@ -233,8 +250,6 @@ class RankZeroSender:
 
     def close(self, group_name: str) -> None:
         """Leave the group; a staged broadcast still waiting fails with it."""
-        from rollyard.weight_transfer import destroy_process_group
-
         self.staged.pop(group_name, None)
         pg = self.groups.pop(group_name, None)
         if pg is not None:
@@ -251,13 +266,6 @@ def _finished(broadcast: Future, group_name: str, timeout_s: float | None) -> No
     except TimeoutError:
         raise RuntimeError(f"the weight broadcast staged for group {group_name!r} was never "
                            "received: no push followed the train step that staged it") from None
-
-
-def sender_of(worker: MegatronWorker) -> RankZeroSender:
-    sender = getattr(worker, "_weight_sender", None)
-    if sender is None:
-        sender = worker._weight_sender = RankZeroSender()
-    return sender
 
 
 def backend_for(device: torch.device) -> str:

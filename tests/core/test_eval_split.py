@@ -10,7 +10,7 @@ import pytest
 from rollyard import cli
 from rollyard.config import RunConfig
 from rollyard.errors import ConfigError
-from rollyard.run.evaluate import EvalPlan, eval_metrics, pass_at_k
+from rollyard.run.eval_split import EvalPlan, eval_metrics, pass_at_k
 from rollyard.seeding import derive_seed
 from rollyard.types import Sample, SampleStatus
 

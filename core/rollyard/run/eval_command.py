@@ -13,7 +13,7 @@ from rollyard.models.cache import cached_tiny_model
 from rollyard.plugins import PluginManager
 from rollyard.run.driver import PluginSelection, rollout_spec
 from rollyard.run.engines import EngineFleet
-from rollyard.run.evaluate import EvalPlan, run_evaluation
+from rollyard.run.eval_split import EvalPlan, run_evaluation
 
 
 def evaluate_model(config: RunConfig, manager: PluginManager) -> dict[str, float]:
