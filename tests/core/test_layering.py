@@ -1,8 +1,7 @@
-"""The trainer library stays below the orchestrator: no module of ``rollyard.training`` imports
-``rollyard.run``, counting every import in its source (lazy ones inside functions, those under
-``if TYPE_CHECKING:``, relative ones and ``importlib.import_module("...")`` with a literal);
-and no import cycle runs through the trainer library or the code-golf plugin, counted the same
-way."""
+"""The layering of the packages, counting every import in their source (lazy ones inside
+functions, those under ``if TYPE_CHECKING:``, relative ones and ``importlib.import_module("...")``
+with a literal): the trainer library stays below the orchestrator (no module of
+``rollyard.training`` imports ``rollyard.run``), and no module imports itself through others."""
 
 from __future__ import annotations
 
@@ -10,10 +9,12 @@ import ast
 from pathlib import Path
 
 import rollyard
-import rollyard_codegolf
 
 CORE = Path(rollyard.__file__).resolve().parent
-CODEGOLF = Path(rollyard_codegolf.__file__).resolve().parent
+REPO = Path(__file__).resolve().parents[2]
+#: The import roots of the packages this repository ships (the templates are copied, not run).
+PACKAGE_ROOTS = [REPO / "core", REPO / "plugins", REPO / "plugins-codegolf",
+                 REPO / "plugins-verifiers"]
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -57,6 +58,73 @@ def imports_of(package: Path, forbidden: str) -> list[str]:
             if module == forbidden or module.startswith(forbidden + ".")]
 
 
+def import_graph(roots: list[Path]) -> dict[str, set[str]]:
+    """Which of the modules under ``roots`` each of them imports. An import names the module it
+    loads: ``from a import b`` is an edge to ``a`` and, where ``b`` is a module, to ``a.b``; the
+    parent packages Python loads on the way are not edges (every submodule would close a cycle
+    with its package)."""
+    files = {module_name(path, root): (path, root)
+             for root in roots for path in root.rglob("*.py")
+             if "templates" not in path.relative_to(root).parts}
+    return {name: {target for _, target in imported_modules(path, root)
+                   if target in files and target != name}
+            for name, (path, root) in files.items()}
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The modules of each import cycle (strongly connected component of two or more), sorted."""
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+    for start in sorted(graph):
+        if start in order:
+            continue
+        order[start] = low[start] = len(order)
+        stack.append(start)
+        pending = [(start, iter(sorted(graph[start])))]
+        while pending:
+            module, targets = pending[-1]
+            target = next(targets, None)
+            if target is None:
+                pending.pop()
+                if pending:
+                    low[pending[-1][0]] = min(low[pending[-1][0]], low[module])
+                if low[module] == order[module]:
+                    component = stack[stack.index(module):]
+                    del stack[stack.index(module):]
+                    if len(component) > 1:
+                        cycles.append(sorted(component))
+            elif target not in order:
+                order[target] = low[target] = len(order)
+                stack.append(target)
+                pending.append((target, iter(sorted(graph[target]))))
+            elif target in stack:
+                low[module] = min(low[module], order[target])
+    return sorted(cycles)
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    graph = import_graph(PACKAGE_ROOTS)
+    assert {name.split(".")[0] for name in graph} == {
+        "rollyard", "rollyard_plugins", "rollyard_codegolf", "rollyard_verifiers"}
+    assert import_cycles(graph) == []
+
+
+def test_the_cycle_check_finds_a_cycle_closed_by_a_lazy_or_type_checking_import(
+        tmp_path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("from pkg.a import A\n")
+    (package / "a.py").write_text("class A:\n    def b(self):\n        from pkg import b\n")
+    (package / "b.py").write_text("from typing import TYPE_CHECKING\n"
+                                  "if TYPE_CHECKING:\n    from .c import C\n")
+    (package / "c.py").write_text("import pkg.b\n")
+    (package / "d.py").write_text("from pkg.c import C\n")  # imports the cycle, not in it
+    (package / "e.py").write_text("from pkg.a import A\nfrom pkg import c\n")
+    assert import_cycles(import_graph([tmp_path])) == [["pkg", "pkg.a"], ["pkg.b", "pkg.c"]]
+
+
 def test_rollyard_training_imports_nothing_from_rollyard_run() -> None:
     assert imports_of(CORE / "training", "rollyard.run") == []
 
@@ -85,60 +153,3 @@ def test_the_check_finds_lazy_type_checking_relative_and_dynamic_imports(tmp_pat
         "rollyard/training/lazy.py:7 rollyard.run.metrics",
         "rollyard/training/lazy.py:8 rollyard.run",
     ]
-
-
-def import_cycles(*packages: Path) -> list[list[str]]:
-    """The import cycles among the modules of ``packages``: each strongly connected component
-    of more than one module of the graph "module -> a module it imports", sorted."""
-    graph: dict[str, set[str]] = {}
-    paths = {}
-    for package in packages:
-        for path in package.rglob("*.py"):
-            if "templates" not in path.parts:
-                paths[module_name(path, package.parent)] = (path, package.parent)
-    for name, (path, root) in paths.items():
-        graph[name] = {m for _, m in imported_modules(path, root) if m in paths and m != name}
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    cycles: list[list[str]] = []
-
-    def visit(node: str) -> None:  # Tarjan
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        for other in graph[node]:
-            if other not in index:
-                visit(other)
-                low[node] = min(low[node], low[other])
-            elif other in stack:
-                low[node] = min(low[node], index[other])
-        if low[node] == index[node]:
-            component = []
-            while not component or component[-1] != node:
-                component.append(stack.pop())
-            if len(component) > 1:
-                cycles.append(sorted(component))
-
-    for node in sorted(graph):
-        if node not in index:
-            visit(node)
-    return sorted(cycles)
-
-
-def test_no_import_cycle_runs_through_the_trainer_library_or_codegolf() -> None:
-    cycles = import_cycles(CORE, CODEGOLF)
-    assert [c for c in cycles
-            if any(m.startswith(("rollyard.training", "rollyard_codegolf")) for m in c)] == []
-
-
-def test_the_cycle_check_finds_cycles_closed_lazily_or_for_type_checking(tmp_path) -> None:
-    package = tmp_path / "pkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("from pkg.group import Group\n")
-    (package / "group.py").write_text("def make():\n    from pkg.worker import Worker\n")
-    (package / "worker.py").write_text("from pkg import helpers\n")
-    (package / "helpers.py").write_text("from typing import TYPE_CHECKING\n"
-                                        "if TYPE_CHECKING:\n    from pkg.tasks import Task\n")
-    (package / "tasks.py").write_text("from pkg.helpers import x\n")
-    assert import_cycles(package) == [["pkg", "pkg.group", "pkg.worker"],
-                                      ["pkg.helpers", "pkg.tasks"]]
