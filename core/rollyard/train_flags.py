@@ -34,7 +34,7 @@ class TrainFlags:
             groups.setdefault(spec.group or "run", []).append(spec)
         for title, specs in groups.items():
             self.actions += add_spec_arguments(parser.add_argument_group(title), specs)
-        self.tables = OptionTables.from_manager(manager, parser)
+        self.tables = manager.option_tables(parser)
         for table in self.tables.typed.values():
             self.actions += add_spec_arguments(
                 parser.add_argument_group(f"{table.prefix} (plugin options)"), table.specs)

@@ -19,7 +19,7 @@ from rollyard.config import RunConfig
 from rollyard.errors import ConfigError, TooManyFailures, describe_error, strip_ansi
 from rollyard.models.cache import cached_tiny_model
 from rollyard.options import options_data
-from rollyard.plugin_options import observer_tables, table_of
+from rollyard.plugin_options import table_of
 from rollyard.plugins import PluginManager
 from rollyard.run.best_replay import BestSamples, rescore_replayed
 from rollyard.run.engines import EngineFleet
@@ -118,7 +118,7 @@ class PluginSelection:
         selected += [("reward", name) for name in self.rewards]
         selected += [("algorithm", self.config.algorithm)]
         return {table_of(self.manager.get(kind, name), self.manager.owner(kind, name).name)
-                for kind, name in selected} | observer_tables(self.manager)
+                for kind, name in selected} | self.manager.observer_tables()
 
     def selected_config(self) -> RunConfig:
         """The config with the option tables of the selected plugins only."""
@@ -197,7 +197,7 @@ def rollout_spec(config: RunConfig, selection: PluginSelection, model_dir: Path,
                  urls: list[str]) -> RolloutSpec:
     """What rollout workers are built from. Observers' tables stay in the driver: a worker
     loads only the plugins of the run, not every observer."""
-    observers = observer_tables(selection.manager)
+    observers = selection.manager.observer_tables()
     data = {key: value for key, value in config.to_data().items() if key not in observers}
     return RolloutSpec(config=data, reward_weights=selection.reward_weights,
                        model_dir=str(model_dir), engine_urls=urls,

@@ -45,7 +45,7 @@ def load_run(spec: RolloutSpec) -> tuple[PluginManager, RunConfig]:
     wanted = (RunConfig.from_data(top, OptionTables()).wanted_plugins()
               + [("reward", name) for name in spec.reward_weights])
     manager.load_for_run(wanted)
-    return manager, RunConfig.from_data(spec.config, OptionTables.from_manager(manager))
+    return manager, RunConfig.from_data(spec.config, manager.option_tables())
 
 
 class RolloutWorker:

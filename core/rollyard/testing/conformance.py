@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rollyard.config import ConfigView, RunConfig
+from rollyard.configurable import options_prefix
 from rollyard.errors import (
     EngineAborted,
     PluginError,
@@ -30,7 +31,6 @@ from rollyard.errors import (
 )
 from rollyard.interfaces import RewardContext, Rollout, RolloutContext
 from rollyard.options import build_options, options_data
-from rollyard.plugin_options import options_prefix
 from rollyard.plugins import PluginManager, PluginWarning
 from rollyard.rewards import RewardSet
 from rollyard.run.collect import checked
