@@ -32,7 +32,7 @@ import re
 import types
 import typing
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Union
 
@@ -260,8 +260,8 @@ def coerce_values(options_cls: type, prefix: str, values: Mapping[str, Any],
         spec = specs.get(key.replace("-", "_"))
         if spec is None:
             raise ConfigError(f"{here}unknown option [{prefix}] {key!r} (no plugin option "
-                              f"--{prefix}-{key.replace('_', '-')}; known: "
-                              f"{', '.join(specs) or 'none'})")
+                              f"--{prefix}-{key.replace('_', '-')}); known: "
+                              f"{', '.join(specs) or 'none'}")
         where = f"{here}[{prefix}] {key!r}" if source else spec.flag
         checked[spec.name] = spec.coerce(value, where)
     return checked
@@ -286,7 +286,18 @@ def construct_options(options_cls: type, prefix: str, values: Mapping[str, Any],
     try:
         return options_cls(**values)
     except ValueError as exc:
-        raise ConfigError(f"{source or f'--{prefix}-* options'}: {exc}") from None
+        label = source or (f"--{prefix}-* options" if prefix else "options")
+        raise ConfigError(f"{label}: {exc}") from None
+
+
+def options_from_args(options_cls: type, args: Any,
+                      names: Collection[str] | None = None) -> Any:
+    """A command's ``Options`` from its parsed arguments (flags added without a prefix by
+    :func:`add_spec_arguments` with ``dest_is_name``; only ``names`` when given), decoded and
+    checked by :func:`build_options`."""
+    values = {spec.name: getattr(args, spec.name) for spec in option_specs(options_cls, "")
+              if (names is None or spec.name in names) and hasattr(args, spec.name)}
+    return build_options(options_cls, "", values)
 
 
 def options_data(instance: Any) -> dict[str, Any]:

@@ -299,8 +299,8 @@ class PluginManager:
     def observers(self) -> dict[str, Any]:
         """Loaded plugins whose observer hooks take typed options (the TensorBoard logger):
         plugin objects with a ``name`` and an ``Options`` class, by entry-point name. Their
-        options are ``--<name>-*`` flags and reach them in ``on_run_start``'s config, under
-        ``config[name]``."""
+        options are ``--<name>-*`` flags and reach them decoded in ``on_run_start``'s config,
+        as ``config.plugin_options[name]`` (the plain data under ``config[name]``)."""
         observer_hooks = {"on_run_start", "on_samples", "on_step_end", "on_run_end"}
         return {name: plugin for name, plugin in self.pm.list_name_plugin()
                 if name in self.records and getattr(plugin, "Options", None) is not None
@@ -383,7 +383,8 @@ class HookFacade:
                 group=groups[name])
         return groups
 
-    def on_run_start(self, config: dict[str, Any], run_dir: str, resumed_step: int = 0) -> None:
+    def on_run_start(self, config: Mapping[str, Any], run_dir: str,
+                     resumed_step: int = 0) -> None:
         self._pm.hook.on_run_start(config=config, run_dir=run_dir, resumed_step=resumed_step)
 
     def on_samples(self, step: int, samples: list[Any]) -> None:

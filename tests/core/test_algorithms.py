@@ -287,7 +287,7 @@ def test_unknown_algorithm_lists_the_nearest_match() -> None:
 
 def test_an_option_of_another_algorithm_is_named() -> None:
     with pytest.raises(ConfigError, match=r"algorithm 'grpo': unknown option \[grpo\] "
-                                          r"'clip_high' .*known: clip_eps, scale_by_std"):
+                                          r"'clip_high' .*; known: clip_eps, scale_by_std"):
         load_algorithm(TrainConfig(algorithm="grpo", algorithm_options={"clip_high": 0.3}))
 
 

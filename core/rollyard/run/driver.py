@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from rollyard.config import RunConfig
+from rollyard.config import ConfigView, RunConfig
 from rollyard.errors import ConfigError, TooManyFailures, describe_error, strip_ansi
 from rollyard.models.cache import cached_tiny_model
 from rollyard.options import options_data
@@ -278,7 +278,7 @@ def run_training(config: RunConfig, manager: PluginManager,
             _notice(f"resuming {run_dir} from {checkpoint.path.name}"
                     + (f" ({note})" if note else ""))
         config.save(run_dir / "config.json")
-        manager.hooks.on_run_start(config.to_data(), str(run_dir),
+        manager.hooks.on_run_start(ConfigView(config), str(run_dir),
                                    resumed_step=checkpoint.step if checkpoint else 0)
         engine = (selection.engine(selection.options("engine", config.engine))
                   if selection.engine else None)
