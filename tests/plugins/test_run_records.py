@@ -160,7 +160,8 @@ def test_report_refuses_a_folder_that_is_not_a_run(report, tmp_path):
 def test_a_resumed_run_replaces_the_tensorboard_steps_after_its_checkpoint(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    config = {**RunConfig().to_data(), "tensorboard": {"enabled": True, "samples": 0}}
+    config = ConfigView(RunConfig(plugin_options={
+        "tensorboard": TensorBoardOptions(enabled=True, samples=0)}))
     first = TensorBoardLogger()
     first.on_run_start(config, str(tmp_path), 0)
     for step in (1, 2, 3):
