@@ -268,13 +268,15 @@ def coerce_values(options_cls: type, prefix: str, values: Mapping[str, Any],
 
 
 def build_options(options_cls: type, prefix: str, values: Mapping[str, Any],
-                  source: str = "") -> Any:
+                  source: str = "", base: Any = None) -> Any:
     """The decoder of plugin options: an ``Options`` instance (or a generated
-    :class:`LegacyOptions` one) from raw values over the defaults; every value is checked
-    (:func:`coerce_values`) and ``__post_init__`` failures are ConfigErrors naming the
-    plugin's options."""
+    :class:`LegacyOptions` one) from raw values over the defaults (over the values of
+    ``base``, an instance, when given); every raw value is checked (:func:`coerce_values`)
+    and ``__post_init__`` failures are ConfigErrors naming ``source`` or the plugin's flags."""
+    kept = {} if base is None else options_values(base)
     return construct_options(options_cls, prefix,
-                             coerce_values(options_cls, prefix, values, source), source)
+                             {**kept, **coerce_values(options_cls, prefix, values, source)},
+                             source)
 
 
 def construct_options(options_cls: type, prefix: str, values: Mapping[str, Any],
@@ -300,13 +302,18 @@ def options_from_args(options_cls: type, args: Any,
     return build_options(options_cls, "", values)
 
 
-def options_data(instance: Any) -> dict[str, Any]:
-    """A typed options instance as plain data (the config.json / run.toml table)."""
+def options_values(instance: Any) -> dict[str, Any]:
+    """The values of an options instance by option name, as they are."""
     if isinstance(instance, LegacyOptions):
         return instance.values_by_name()
-    return {f.name: list(v) if isinstance(v := getattr(instance, f.name), tuple) else v
-            for f in dataclasses.fields(instance)
+    return {f.name: getattr(instance, f.name) for f in dataclasses.fields(instance)
             if f.init and f.metadata.get("option") is not False}
+
+
+def options_data(instance: Any) -> dict[str, Any]:
+    """An options instance as plain data (the config.json / run.toml table)."""
+    return {name: list(value) if isinstance(value, tuple) else value
+            for name, value in options_values(instance).items()}
 
 
 # --------------------------------------------------------------------------- argparse
@@ -450,6 +457,9 @@ class LegacyOptions(Mapping[str, Any]):
         _warn_mapping_use(type(self))
         return self.values_by_name()
 
+    def __repr__(self) -> str:  # as the dict was shown, in messages that quote options
+        return repr(self.values_by_name())
+
     def __reduce__(self) -> tuple[Any, ...]:
         # the class is made at run time and cannot be imported: pickles as its dict
         return (dict, (self.values_by_name(),))
@@ -491,4 +501,4 @@ def legacy_options_class(plugin: str, declared: Sequence[LegacyOption]) -> type[
                  "plugin": plugin, "__module__": __name__}
     return dataclasses.make_dataclass(f"{title or 'Plugin'}LegacyOptions", fields,
                                       bases=(LegacyOptions,), namespace=namespace,
-                                      frozen=True, eq=False)
+                                      frozen=True, eq=False, repr=False)

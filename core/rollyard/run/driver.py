@@ -184,8 +184,8 @@ class RunSelection:
             default = defaults.plugin_options.get(table)
             if table in used or default is None or values == default:
                 continue
-            changed = sorted(k for k, v in _as_dict(values).items()
-                             if _as_dict(default).get(k) != v)
+            changed = sorted(k for k, v in options_data(values).items()
+                             if options_data(default).get(k) != v)
             flags = ", ".join(f"--{table}-{name.replace('_', '-')}" for name in changed)
             raise ConfigError(f"{flags} set, but this run does not use {table!r} (it uses "
                               f"--algorithm {self.config.algorithm}, --rollout-plugin "
@@ -203,9 +203,6 @@ def rollout_spec(config: RunConfig, selection: PluginSelection, model_dir: Path,
                        model_dir=str(model_dir), engine_urls=urls,
                        python=selection.worker_python)
 
-
-def _as_dict(values: Any) -> dict[str, Any]:
-    return dict(values) if isinstance(values, Mapping) else options_data(values)
 
 
 def run_training(config: RunConfig, manager: PluginManager,
@@ -233,7 +230,7 @@ def run_training(config: RunConfig, manager: PluginManager,
     from rollyard.training import TrainConfig, TrainGroup, check_layout
 
     train_config = TrainConfig.from_run(
-        config, _as_dict(selection.options("algorithm", config.algorithm)))
+        config, options_data(selection.options("algorithm", config.algorithm)))
     sizes = {env.config.group_size for env in selection.environments.values()}
     if len(sizes) > 1 and config.train_dp > 1:
         raise ConfigError(f"--train-dp {config.train_dp} with environments of different group "

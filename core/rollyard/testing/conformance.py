@@ -30,7 +30,7 @@ from rollyard.errors import (
     TransportError,
 )
 from rollyard.interfaces import RewardContext, Rollout, RolloutContext
-from rollyard.options import build_options, options_data
+from rollyard.options import LegacyOptions, build_options
 from rollyard.plugins import PluginManager, PluginWarning
 from rollyard.rewards import RewardSet
 from rollyard.run.collect import checked
@@ -189,14 +189,14 @@ def core_defaults() -> dict[str, Any]:
 
 
 def _with(cls: type, options: Any, overrides: Mapping[str, Any] | None) -> Any:
-    """The options of ``cls`` with ``overrides`` (by option name) applied and checked, typed
-    or dict alike."""
+    """The options of ``cls`` with ``overrides`` (by option name) applied and checked by the
+    decoder of its options (typed, or the generated class of ``add_options`` ones); a plain
+    dict (a test's) is merged."""
     if not overrides:
         return options
-    if isinstance(options, Mapping):
+    if isinstance(options, Mapping) and not isinstance(options, LegacyOptions):
         return {**options, **overrides}
-    return build_options(type(options), options_prefix(cls),
-                         {**options_data(options), **overrides})
+    return build_options(type(options), options_prefix(cls), overrides, base=options)
 
 
 def _check_options(report: ConformanceReport, manager: PluginManager, label: str,
