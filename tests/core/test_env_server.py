@@ -60,7 +60,7 @@ def spec(tiny_model_dir: Path, embedded_engine: Any) -> RolloutSpec:
                                  manager.option_tables())
     toy = manager.get("rollout", "toy")
     weights = toy.reward_weights(config.options_for(toy, manager.owner("rollout", "toy").name))
-    return RolloutSpec(config=config.to_data(), reward_weights=dict(weights),
+    return RolloutSpec(config=config, reward_weights=dict(weights),
                        model_dir=str(tiny_model_dir), engine_urls=[embedded_engine.url])
 
 

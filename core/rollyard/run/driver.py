@@ -197,12 +197,10 @@ def rollout_spec(config: RunConfig, selection: PluginSelection, model_dir: Path,
                  urls: list[str]) -> RolloutSpec:
     """What rollout workers are built from. Observers' tables stay in the driver: a worker
     loads only the plugins of the run, not every observer."""
-    observers = selection.manager.observer_tables()
-    data = {key: value for key, value in config.to_data().items() if key not in observers}
-    return RolloutSpec(config=data, reward_weights=selection.reward_weights,
+    return RolloutSpec(config=config, reward_weights=selection.reward_weights,
                        model_dir=str(model_dir), engine_urls=urls,
-                       python=selection.worker_python)
-
+                       python=selection.worker_python,
+                       driver_tables=frozenset(selection.manager.observer_tables()))
 
 
 def run_training(config: RunConfig, manager: PluginManager,
