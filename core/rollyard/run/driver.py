@@ -159,12 +159,15 @@ class RunSelection:
     def selected_config(self) -> RunConfig:
         """The config with the option tables of the selected plugins only; each
         environment's selection keeps the tables of its own plugins."""
-        for selection in self.environments.values():
-            selection.config = selection.selected_config()
         tables = self.tables()
-        return self.config.replace(plugin_options={
+        selected = self.config.replace(plugin_options={
             table: values for table, values in self.config.plugin_options.items()
             if table in tables})
+        for selection in self.environments.values():
+            # a run of one environment: its selection's config is the run's
+            selection.config = (selected if selection.config is self.config
+                                else selection.selected_config())
+        return selected
 
     def preflight(self, model_dir: Path) -> dict[str, TaskCounts]:
         """Each environment's :meth:`PluginSelection.preflight`, by label."""
@@ -176,12 +179,12 @@ class RunSelection:
         return {label: rollout_spec(selection.config, selection, model_dir, urls)
                 for label, selection in self.environments.items()}
 
-    def check_unused_options(self, defaults: RunConfig) -> None:
+    def check_unused_options(self, defaults: Mapping[str, Any]) -> None:
         """A ConfigError for options set for a plugin this run does not use (``--dapo-clip-high``
         with ``--algorithm grpo``): they would be ignored silently."""
         used = self.tables()
         for table, values in self.config.plugin_options.items():
-            default = defaults.plugin_options.get(table)
+            default = defaults.get(table)
             if table in used or default is None or values == default:
                 continue
             changed = sorted(k for k, v in options_data(values).items()
@@ -204,10 +207,12 @@ def rollout_spec(config: RunConfig, selection: PluginSelection, model_dir: Path,
 
 
 def run_training(config: RunConfig, manager: PluginManager,
-                 defaults: RunConfig | None = None, resume: str | Path | None = None) -> Path:
-    """Run ``config.steps`` RL steps; returns the run folder. ``defaults`` (the config of no
-    options) lets options set for unselected plugins be refused. ``resume``: a run folder
-    whose newest checkpoint the run continues from (``config`` is its checked config).
+                 defaults: Mapping[str, Any] | None = None,
+                 resume: str | Path | None = None) -> Path:
+    """Run ``config.steps`` RL steps; returns the run folder. ``defaults`` (every table's
+    options when none is given, :meth:`rollyard.train_flags.TrainFlags.default_options`) lets
+    options set for unselected plugins be refused. ``resume``: a run folder whose newest
+    checkpoint the run continues from (``config`` is its checked config).
 
     Raises :class:`rollyard.run.signals.RunStopped` when SIGINT or SIGTERM stopped the run
     (after saving a checkpoint)."""
