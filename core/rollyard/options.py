@@ -31,8 +31,7 @@ import math
 import re
 import types
 import typing
-import warnings
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Union
 
@@ -420,11 +419,16 @@ class PluginOptionGroup:
         return action
 
 
-class LegacyOptions(Mapping[str, Any]):
+def _read_only(self: Any, *args: Any, **kwargs: Any) -> Any:
+    raise TypeError(f"the options of plugin {type(self).plugin!r} are read-only")
+
+
+class LegacyOptions(dict):
     """The base of the frozen dataclass generated for a plugin's ``add_options`` options
     (:func:`legacy_options_class`): one field per option, read as attributes
-    (``options.count``) or, as the dict such plugins received before, by key
-    (``options["count"]``, ``options.get("count")``, ``dict(options)``). It is read-only.
+    (``options.count``), and still the ``dict`` such plugins received before
+    (``options["count"]``, ``options.get("count")``, ``dict(options)``, ``json.dumps``).
+    Neither the fields nor the dict can change.
     """
 
     #: The options of the table by name (the flag without ``--<plugin>-``, dashes as ``_``).
@@ -434,27 +438,18 @@ class LegacyOptions(Mapping[str, Any]):
     #: The plugin (entry-point name) whose ``add_options`` hook declared the options.
     plugin: ClassVar[str] = ""
 
-    def __getitem__(self, key: str) -> Any:
-        try:
-            field_name = self.field_names[key]
-        except KeyError:
-            raise KeyError(key) from None
-        _warn_mapping_use(type(self))
-        return getattr(self, field_name)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.field_names)
-
-    def __len__(self) -> int:
-        return len(self.field_names)
+    def __post_init__(self) -> None:
+        dict.update(self, self.values_by_name())
 
     def values_by_name(self) -> dict[str, Any]:
         """The values as a new dict by option name (the run.toml table)."""
         return {key: getattr(self, name) for key, name in self.field_names.items()}
 
-    def copy(self) -> dict[str, Any]:
-        """The values as a new dict, as ``dict.copy`` gave them."""
-        _warn_mapping_use(type(self))
+    __setitem__ = __delitem__ = __ior__ = _read_only
+    clear = pop = popitem = setdefault = update = _read_only  # type: ignore[assignment]
+
+    def copy(self) -> dict[str, Any]:  # type: ignore[override]
+        """The values as a new, plain dict."""
         return self.values_by_name()
 
     def __repr__(self) -> str:  # as the dict was shown, in messages that quote options
@@ -465,23 +460,11 @@ class LegacyOptions(Mapping[str, Any]):
         return (dict, (self.values_by_name(),))
 
 
-_WARNED: set[str] = set()
-
-
-def _warn_mapping_use(cls: type[LegacyOptions]) -> None:
-    if cls.plugin not in _WARNED:
-        _WARNED.add(cls.plugin)
-        warnings.warn(f"plugin {cls.plugin!r} reads its add_options values by key; they are "
-                      f"also attributes ({cls.__qualname__}), and typed options are declared "
-                      "with an Options class (docs/writing-plugins.md)",
-                      DeprecationWarning, stacklevel=3)
-
-
 def legacy_options_class(plugin: str, declared: Sequence[LegacyOption]) -> type[LegacyOptions]:
     """The frozen dataclass of the options ``plugin`` declared with ``add_options``: the one
     typed form in which they are decoded (:func:`build_options`) and handed to its classes.
     Field defaults are the options' argparse defaults."""
-    reserved = set(dir(LegacyOptions))
+    reserved = set(dir(LegacyOptions)) | {"plugin", "legacy_options", "field_names"}
     fields: list[tuple[str, Any, Any]] = []
     names: dict[str, str] = {}
     for index, legacy in enumerate(declared):

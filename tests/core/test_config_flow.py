@@ -59,10 +59,13 @@ def test_an_add_options_plugin_receives_a_generated_frozen_dataclass_that_reads_
     assert isinstance(options, Mapping) and options["bonus"] == 2.0
     assert options.get("mode") == "b" and options.get("missing", 7) == 7 and "tag" in options
     assert dict(options) == {"bonus": 2.0, "mode": "b", "tag": []} == options
+    assert isinstance(options, dict) and json.loads(json.dumps(options)) == dict(options)
     with pytest.raises(dataclasses.FrozenInstanceError):
         options.bonus = 3.0
-    with pytest.raises(TypeError):
-        options["bonus"] = 3.0  # type: ignore[index]
+    for change in (lambda: operator.setitem(options, "bonus", 3.0),
+                   lambda: options.update(bonus=3.0), lambda: options.pop("bonus")):
+        with pytest.raises(TypeError, match="options of plugin 'old' are read-only"):
+            change()
     reward = Counts(RewardContext(tokenizer=None, options=options))
     assert reward.context.options is options  # decoded once, handed on as it is
     assert config.to_data()["old"] == {"bonus": 2.0, "mode": "b", "tag": []}
