@@ -3,7 +3,7 @@
 Each kind has one constructor shape. A class may declare its options as a frozen dataclass
 named ``Options`` (see :mod:`rollyard.options`); it then receives an instance of it, and a
 class without one receives its plugin's ``add_options`` options as an instance of a generated
-dataclass that also reads as the dict it received before (:class:`rollyard.options.LegacyOptions`).
+dataclass that is also the dict it received before (:class:`rollyard.options.LegacyOptions`).
 """
 
 from __future__ import annotations
@@ -151,8 +151,9 @@ class RolloutContext:
     Rewards are applied by the core after ``run_group`` returns.
     """
 
-    #: Read-only view of the run's configuration: every core option by name (``config.seed``,
-    #: ``config.max_new_tokens``; ``config["seed"]`` for plugins written before RunConfig).
+    #: Read-only, typed view of the run's configuration: every core option by name
+    #: (``config.seed``, ``config.max_new_tokens``; ``config["seed"]``, the config.json data,
+    #: for plugins written before RunConfig).
     config: Mapping[str, Any]
     #: The model's tokenizer: ``encode``, ``decode``, ``apply_chat_template``, ``eos_token_id``.
     tokenizer: Tokenizer
@@ -161,8 +162,8 @@ class RolloutContext:
     #: Unused, kept in its place so that contexts built positionally by plugins written
     #: before rewards moved out of the context still work; the core applies rewards.
     rewards: Any = field(default=None, repr=False)
-    #: The rollout's own options: an instance of its ``Options`` class (a dict of its
-    #: plugin's ``add_options`` values when it declares none).
+    #: The rollout's own options: an instance of its ``Options`` class (when it declares none,
+    #: the generated dataclass of its plugin's ``add_options`` options, also a read-only dict).
     options: Any = None
     #: Seeded from the run's seed and the rollout worker's index; for randomness in episodes.
     rng: random.Random = field(default_factory=lambda: random.Random(0))
@@ -269,8 +270,8 @@ class RewardContext:
 
     #: The model's tokenizer.
     tokenizer: Tokenizer
-    #: The reward's own options: an instance of its ``Options`` class (a dict of its plugin's
-    #: ``add_options`` values when it declares none).
+    #: The reward's own options: an instance of its ``Options`` class (when it declares none,
+    #: the generated dataclass of its plugin's ``add_options`` options, also a read-only dict).
     options: Any = None
 
     def __post_init__(self) -> None:
