@@ -23,6 +23,7 @@ from rollyard.errors import ConfigError
 from rollyard.models.origin import PRETRAINED_DEFAULTS, model_defaults_of
 from rollyard.options import (
     OptionSpec,
+    ReadOnlyDict,
     at_least,
     between,
     coerce_values,
@@ -405,15 +406,13 @@ def core_specs() -> list[OptionSpec]:
     return option_specs(RunConfig, "")
 
 
-def _read_only(self: Any, *args: Any, **kwargs: Any) -> Any:
-    raise TypeError("the run config is read-only")
-
-
-class _FrozenTable(dict):
+class _FrozenTable(ReadOnlyDict):
     """A table of a :class:`ConfigView`: a dict that cannot change."""
 
-    __setitem__ = __delitem__ = __ior__ = _read_only
-    clear = pop = popitem = setdefault = update = _read_only  # type: ignore[assignment]
+    read_only = "the run config is read-only"
+
+    def __init__(self, items: Mapping[str, Any]) -> None:
+        dict.__init__(self, items)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (dict, (dict(self),))
@@ -422,8 +421,11 @@ class _FrozenTable(dict):
 class _FrozenList(list):
     """A list value of a :class:`ConfigView`: a list that cannot change."""
 
-    __setitem__ = __delitem__ = __iadd__ = __imul__ = _read_only
-    append = clear = extend = insert = pop = remove = reverse = sort = _read_only  # type: ignore[assignment]
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("the run config is read-only")
+
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+    append = clear = extend = insert = pop = remove = reverse = sort = _refuse  # type: ignore[assignment]
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (list, (list(self),))

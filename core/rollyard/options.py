@@ -419,11 +419,20 @@ class PluginOptionGroup:
         return action
 
 
-def _read_only(self: Any, *args: Any, **kwargs: Any) -> Any:
-    raise TypeError(f"the options of plugin {type(self).plugin!r} are read-only")
+class ReadOnlyDict(dict):
+    """A ``dict`` whose items cannot change once it is built (subclasses fill it with
+    ``dict.update(self, ...)``); a change raises TypeError saying :attr:`read_only`."""
+
+    read_only: ClassVar[str] = "read-only"
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(self.read_only)
+
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse  # type: ignore[assignment]
 
 
-class LegacyOptions(dict):
+class LegacyOptions(ReadOnlyDict):
     """The base of the frozen dataclass generated for a plugin's ``add_options`` options
     (:func:`legacy_options_class`): one field per option, read as attributes
     (``options.count``), and still the ``dict`` such plugins received before
@@ -441,12 +450,13 @@ class LegacyOptions(dict):
     def __post_init__(self) -> None:
         dict.update(self, self.values_by_name())
 
+    @property
+    def read_only(self) -> str:  # type: ignore[override]
+        return f"the options of plugin {self.plugin!r} are read-only"
+
     def values_by_name(self) -> dict[str, Any]:
         """The values as a new dict by option name (the run.toml table)."""
         return {key: getattr(self, name) for key, name in self.field_names.items()}
-
-    __setitem__ = __delitem__ = __ior__ = _read_only
-    clear = pop = popitem = setdefault = update = _read_only  # type: ignore[assignment]
 
     def copy(self) -> dict[str, Any]:  # type: ignore[override]
         """The values as a new, plain dict."""
@@ -464,7 +474,7 @@ def legacy_options_class(plugin: str, declared: Sequence[LegacyOption]) -> type[
     """The frozen dataclass of the options ``plugin`` declared with ``add_options``: the one
     typed form in which they are decoded (:func:`build_options`) and handed to its classes.
     Field defaults are the options' argparse defaults."""
-    reserved = set(dir(LegacyOptions)) | {"plugin", "legacy_options", "field_names"}
+    reserved = set(dir(LegacyOptions))
     fields: list[tuple[str, Any, Any]] = []
     names: dict[str, str] = {}
     for index, legacy in enumerate(declared):
