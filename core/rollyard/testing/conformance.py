@@ -168,7 +168,8 @@ def check_rollout(rollout_cls: type[Rollout], *, options: Any = None,
     sample validity, default rewards, and aborts/transport errors becoming samples.
 
     ``options`` are what the rollout finds in ``context.options`` (an instance of its
-    ``Options`` class, default when None; a dict for ``add_options`` plugins); ``config``
+    ``Options`` class, default when None, or a dict of values that is decoded into one; for
+    ``add_options`` plugins their generated options instance, or a dict); ``config``
     overrides core options of the run config (``{"seed": 3}``). Default rewards are looked up
     in ``manager`` first, then among the installed plugins.
     """
@@ -321,10 +322,9 @@ class _RolloutChecker:
         # logprobs that vary along a reply, so a sample that does not copy them shows
         transport = ScriptedTransport(self.replies, tokenizer=self.tokenizer,
                                       logprob=lambda i: -0.5 - 0.125 * (i % 4))
-        options = dict(self.options) if isinstance(self.options, Mapping) else self.options
-        context = RolloutContext(
+        context = RolloutContext(  # a plain dict of options is copied, decoded ones kept
             config=ConfigView(self.config), tokenizer=self.tokenizer, transport=transport,
-            options=options, rng=random.Random(self.config.seed),
+            options=self.options, rng=random.Random(self.config.seed),
             sampling=run_sampling(self.config))
         try:
             return self.cls(context), transport
