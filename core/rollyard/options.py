@@ -302,9 +302,12 @@ def options_from_args(options_cls: type, args: Any,
 
 
 def options_values(instance: Any) -> dict[str, Any]:
-    """The values of an options instance by option name, as they are."""
+    """The values of an options instance by option name, as they are (a plain mapping, what
+    a pickled :class:`LegacyOptions` becomes, as a dict)."""
     if isinstance(instance, LegacyOptions):
         return instance.values_by_name()
+    if isinstance(instance, Mapping):
+        return dict(instance)
     return {f.name: getattr(instance, f.name) for f in dataclasses.fields(instance)
             if f.init and f.metadata.get("option") is not False}
 
