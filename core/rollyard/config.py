@@ -425,7 +425,8 @@ class _FrozenList(list):
         raise TypeError("the run config is read-only")
 
     __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
-    append = clear = extend = insert = pop = remove = reverse = sort = _refuse  # type: ignore[assignment]
+    append = clear = extend = insert = _refuse  # type: ignore[assignment]
+    pop = remove = reverse = sort = _refuse  # type: ignore[assignment]
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (list, (list(self),))
