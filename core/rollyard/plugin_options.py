@@ -14,6 +14,7 @@ from rollyard.options import (
     LegacyOption,
     LegacyOptions,
     OptionSpec,
+    build_options,
     legacy_options_class,
     option_specs,
 )
@@ -113,9 +114,11 @@ def table_of(cls: type, plugin: str) -> str:
 def options_for(cls: type, plugin: str, values: Mapping[str, Any]) -> Any:
     """What a registered class receives as its options: its typed table's instance; for a
     class without ``Options``, its plugin's table (the generated instance of its
-    ``add_options`` options, empty when it declares none, or the typed options a sibling class
-    declares under the plugin's name)."""
+    ``add_options`` options, or the typed options a sibling class declares under the plugin's
+    name). A table ``values`` lacks (a RunConfig built by hand) gives the defaults."""
     if getattr(cls, "Options", None) is not None:
-        return values[options_prefix(cls)]
+        prefix = options_prefix(cls)
+        table = values.get(prefix)
+        return table if table is not None else build_options(cls.Options, prefix, {})
     table = values.get(plugin)  # the plugin's table: add_options values, or typed options
     return table if table is not None else legacy_options_class(plugin, [])()
