@@ -47,7 +47,7 @@ def worker_startup(python: str, model_dir: Path, repeats: int) -> tuple[float, f
     from rollyard.config import RunConfig
     from rollyard.run.rollout_workers import RolloutPool, RolloutSpec
 
-    config = RunConfig(rollout_plugin="toy").to_data()
+    config = RunConfig(rollout_plugin="toy")
     times: dict[str | None, list[float]] = {None: [], python: []}
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:

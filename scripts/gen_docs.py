@@ -220,7 +220,6 @@ def plugin_tables() -> dict[str, tuple[list[Any], bool]]:
     (``options:PREFIX``) and typed command options (``command:NAME``); a plugin of this
     repository that fails to load is an error."""
     from rollyard.options import option_specs
-    from rollyard.plugin_options import OptionTables
     from rollyard.plugins import PluginManager
 
     manager = PluginManager(environ={})
@@ -232,7 +231,7 @@ def plugin_tables() -> dict[str, tuple[list[Any], bool]]:
               if record.distribution in ours for error in record.errors]
     if broken:
         raise DocsError("plugins of this repository failed to load:\n  " + "\n  ".join(broken))
-    tables = OptionTables.from_manager(manager)
+    tables = manager.option_tables()
     found = {f"options:{prefix}": (table.specs,
                                    manager.records[table.plugin].distribution in ours)
              for prefix, table in tables.typed.items()}

@@ -7,7 +7,7 @@ the class an instance::
 
     @dataclass(frozen=True)
     class Options:
-        clip_eps: float = field(default=0.2, metadata={"help": "PPO clip range"})
+        clip_eps: float = field(default=0.2, metadata={"help": "PPO clip range"))
 
     class MyAlgorithm(Algorithm):
         name = "mine"
@@ -29,14 +29,15 @@ module, and only the trainer's processes need torch.
 from __future__ import annotations
 
 import abc
-import dataclasses
 import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from rollyard.configurable import Configurable, received_options
 from rollyard.model_facts import population_std, rewards_differ
+from rollyard.options import option
 
 if TYPE_CHECKING:
     import torch
@@ -94,16 +95,19 @@ class PolicyLoss:
     clipped: torch.Tensor | None = None
 
 
-class Algorithm(abc.ABC):
+class Algorithm(Configurable, abc.ABC):
     """An RL algorithm: how samples are scored against each other and what the policy loss is.
 
     One instance per process that needs it, built as ``cls(options)`` from an instance of
-    ``cls.Options``. Subclasses set ``name`` (unique among algorithms) and implement
+    ``cls.Options`` (a dict of raw values by name is decoded and checked into one; None gives
+    the defaults). Subclasses set ``name`` (unique among algorithms) and implement
     :meth:`advantages` and :meth:`policy_loss`.
     """
 
     name: ClassVar[str] = ""
-    #: Frozen dataclass of this algorithm's options; fields have defaults, validation goes in
+    #: Frozen dataclass of this algorithm's options: :func:`~rollyard.options.option` fields
+    #: (plain ``dataclasses.field(default=..., metadata={"help": ...})`` fields, the style of
+    #: algorithms written before, work too); cross-field validation goes in
     #: ``__post_init__`` raising ValueError that names the field.
     Options: ClassVar[type] = NoOptions
     #: How :meth:`aggregate` turns per-token losses into the step loss; one of
@@ -114,7 +118,7 @@ class Algorithm(abc.ABC):
     needs_reference: ClassVar[bool] = False
 
     def __init__(self, options: Any = None) -> None:
-        options = self.Options() if options is None else options
+        options = received_options(type(self), options)
         if not isinstance(options, self.Options):
             raise TypeError(f"algorithm {self.name!r} takes {self.Options.__qualname__} "
                             f"options, got {type(options).__name__}")
@@ -237,8 +241,7 @@ def check_clip_range(options: Any, low: str = "clip_low", high: str = "clip_high
 class ClipOptions:
     """A symmetric PPO clip range: the options of the PPO-clip algorithms."""
 
-    clip_eps: float = dataclasses.field(default=0.2, metadata={
-        "help": "PPO clip range: the ratio is clipped to 1 ± clip_eps"})
+    clip_eps: float = option(0.2, help="PPO clip range: the ratio is clipped to 1 ± clip_eps")
 
     def __post_init__(self) -> None:
         check_clip_range(self, "clip_eps", "clip_eps")

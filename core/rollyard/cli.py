@@ -115,7 +115,7 @@ def cmd_train(flags: TrainFlags, args: argparse.Namespace, manager: PluginManage
     from rollyard.run.signals import RunStopped
 
     try:
-        run_training(flags.config(vars(args), args.argv), manager, flags.defaults(),
+        run_training(flags.config(vars(args), args.argv), manager, flags.default_options(),
                      resume=args.resume)
     except RunStopped as stopped:  # SIGINT/SIGTERM: saved, everything stopped; say where
         Console(stderr=True).print(escape(str(stopped)), highlight=False)

@@ -12,19 +12,21 @@ import dataclasses
 import json
 import os
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Literal
 
 from rollyard.environments import Environment, environments_from_tables, parse_mix
 from rollyard.errors import ConfigError
 from rollyard.models.origin import PRETRAINED_DEFAULTS, model_defaults_of
 from rollyard.options import (
-    LegacyOption,
     OptionSpec,
+    ReadOnlyDict,
     at_least,
     between,
+    coerce_values,
     construct_options,
     non_negative,
     option,
@@ -86,7 +88,8 @@ GROUPS_PER_MINIBATCH = 4
 @dataclass(frozen=True)
 class RunConfig:
     """Every option of ``rollyard train``. Plugin options are in :attr:`plugin_options`, one
-    table per plugin: a typed ``Options`` instance, or a dict for ``add_options`` plugins."""
+    decoded instance per table: a plugin's ``Options``, or the generated
+    :class:`~rollyard.options.LegacyOptions` of an ``add_options`` plugin."""
 
     name: str | None = option(None, group=RUN, help="run name (default: <rollout>-<timestamp>)")
     runs_dir: str = option("runs", group=RUN, help="folder holding run folders")
@@ -354,8 +357,7 @@ class RunConfig:
         data: dict[str, Any] = {spec.name: spec.to_data(getattr(self, spec.name))
                                 for spec in core_specs()}
         for table, values in sorted(self.plugin_options.items()):
-            data[table] = (dict(values) if isinstance(values, Mapping)
-                           else options_data(values))
+            data[table] = options_data(values)
         if self.rollouts:  # the tables say which plugins; rollout_plugin is their label
             data["rollout"] = [env.to_data() for env in self.rollouts]
         return data
@@ -404,30 +406,69 @@ def core_specs() -> list[OptionSpec]:
     return option_specs(RunConfig, "")
 
 
-class ConfigView(Mapping[str, Any]):
-    """A read-only view of the run config for plugins: attributes (``config.seed``) and,
-    for plugins written before RunConfig, mapping access (``config["seed"]``)."""
+class _FrozenTable(ReadOnlyDict):
+    """A table of a :class:`ConfigView`: a dict that cannot change."""
+
+    read_only = "the run config is read-only"
+
+    def __init__(self, items: Mapping[str, Any]) -> None:
+        dict.__init__(self, items)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (dict, (dict(self),))
+
+
+class _FrozenList(list):
+    """A list value of a :class:`ConfigView`: a list that cannot change."""
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("the run config is read-only")
+
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+    append = clear = extend = insert = _refuse  # type: ignore[assignment]
+    pop = remove = reverse = sort = _refuse  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (list, (list(self),))
+
+
+def _frozen(value: Any) -> Any:
+    """Plain data that cannot change: tables and lists read-only, equal to the originals."""
+    if isinstance(value, Mapping):
+        return _FrozenTable({key: _frozen(item) for key, item in value.items()})
+    if isinstance(value, list):
+        return _FrozenList(_frozen(item) for item in value)
+    return value
+
+
+class ConfigView(_FrozenTable):
+    """A read-only, typed view of a run's config, for plugins and observers.
+
+    Attributes are the RunConfig's, typed (``config.seed``, ``config.reward`` a tuple,
+    ``config.plugin_options["toy"]`` the toy rollout's ``Options`` instance). Mapping access
+    is the config's plain data, as in config.json (``config["seed"]``, ``config["toy"]`` a
+    table), for plugins written when the config was that dict; it is also a ``dict``, so
+    ``json.dumps(config)`` works. Nothing can be set, on the view or in its tables.
+    """
 
     def __init__(self, config: RunConfig) -> None:
-        self._config = config
-        self._data = config.to_data()
+        super().__init__({key: _frozen(value) for key, value in config.to_data().items()})
+        object.__setattr__(self, "_config", config)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
-        return getattr(self._config, name)
+        value = getattr(self._config, name)
+        return MappingProxyType(value) if name == "plugin_options" else value
 
-    def __getitem__(self, key: str) -> Any:
-        return self._data[key]
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"the run config is read-only (setting {name!r})")
 
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._data)
-
-    def __len__(self) -> int:
-        return len(self._data)
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ConfigView, (self._config,))
 
     def __repr__(self) -> str:
-        return f"ConfigView({self._data!r})"
+        return f"ConfigView({dict(self)!r})"
 
 
 # --------------------------------------------------------------------------- building
@@ -454,8 +495,8 @@ def build_run_config(tables: OptionTables, layers: list[Layer],
     ``{"--steps": 3}``; ``"plugin:name"`` for ``add_options`` ones)."""
     specs = {spec.name: spec for spec in core_specs()}
     core: dict[str, Any] = {}
-    typed: dict[str, dict[str, Any]] = {prefix: {} for prefix in tables.typed}
-    legacy = {plugin: table.defaults() for plugin, table in tables.legacy.items()}
+    classes = tables.classes()
+    values: dict[str, dict[str, Any]] = {prefix: {} for prefix in classes}
     rollouts: tuple[Environment, ...] = ()
     for source, data in layers:
         for key, value in data.items():
@@ -468,7 +509,11 @@ def build_run_config(tables: OptionTables, layers: list[Layer],
                 core.pop("rollout_plugin", None)
                 continue
             if isinstance(value, Mapping):
-                _table_value(tables, typed, legacy, source, key, value)
+                if key not in classes:
+                    raise ConfigError(f"{source}: unknown table [{key}] (no installed plugin "
+                                      "declares options under that name; known: "
+                                      f"{', '.join(sorted(classes))})")
+                values[key].update(coerce_values(classes[key], key, value, source))
                 continue
             spec = specs.get(key.replace("-", "_"))
             if spec is None:
@@ -480,25 +525,19 @@ def build_run_config(tables: OptionTables, layers: list[Layer],
             if spec.name == "rollout_plugin":
                 rollouts = ()
     by_flag = {spec.flag: spec.name for spec in specs.values()}
+    by_dest = tables.flag_dests()
     for flag, value in (flags or {}).items():
         if flag in by_flag:
             core[by_flag[flag]] = value
             if by_flag[flag] == "rollout_plugin":
                 rollouts = ()  # --rollout-plugin wins over a run.toml's [[rollout]] tables
-            continue
-        for prefix, table in tables.typed.items():
-            for spec in table.specs:
-                if spec.flag == flag:
-                    typed[prefix][spec.name] = spec.coerce(value, flag)
-        for plugin, table in tables.legacy.items():
-            for legacy_option in table.options:
-                if flag == legacy_option.action.dest:
-                    legacy[plugin][legacy_option.name] = value
+        elif flag in by_dest:  # parsed by argparse; typed repeated flags become tuples
+            prefix, spec = by_dest[flag]
+            values[prefix][spec.name] = (spec.coerce(value, flag) if isinstance(spec, OptionSpec)
+                                         else value)
     _apply_model_defaults(core)
-    plugin_options: dict[str, Any] = dict(legacy)
-    for prefix, values in typed.items():
-        plugin_options[prefix] = construct_options(tables.typed[prefix].options_cls, prefix,
-                                                   values)
+    plugin_options = {prefix: construct_options(classes[prefix], prefix, values[prefix])
+                      for prefix in classes}
     if rollouts:
         core["rollout_plugin"] = _label(rollouts)
     return RunConfig(**core, plugin_options=plugin_options, rollouts=rollouts)
@@ -530,24 +569,3 @@ def _apply_model_defaults(core: dict[str, Any]) -> None:
     if chosen == "pretrained":
         for name, value in PRETRAINED_DEFAULTS.items():
             core.setdefault(name, value)
-
-
-def _table_value(tables: OptionTables, typed: dict[str, dict[str, Any]],
-                 legacy: dict[str, dict[str, Any]], source: str, table: str,
-                 values: Mapping[str, Any]) -> None:
-    """Check the ``[table]`` values of a layer into ``typed`` or ``legacy``."""
-    declared: Mapping[str, OptionSpec | LegacyOption]
-    if table in tables.typed:
-        declared, target = {spec.name: spec for spec in tables.typed[table].specs}, typed[table]
-    elif table in tables.legacy:
-        declared = {o.name: o for o in tables.legacy[table].options}
-        target = legacy[table]
-    else:
-        raise ConfigError(f"{source}: unknown table [{table}] (no installed plugin declares "
-                          f"options under that name; known: {', '.join(sorted(tables.names()))})")
-    for key, value in values.items():
-        found = declared.get(key.replace("-", "_"))
-        if found is None:
-            raise ConfigError(f"{source}: unknown option [{table}] {key!r} (no plugin "
-                              f"option --{table}-{key.replace('_', '-')})")
-        target[found.name] = found.coerce(value, f"{source}: [{table}] {key!r}")

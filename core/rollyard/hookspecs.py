@@ -14,11 +14,12 @@ arguments can be added later without breaking old plugins.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pluggy
 
 if TYPE_CHECKING:
+    from rollyard.config import ConfigView
     from rollyard.options import PluginOptionGroup
     from rollyard.types import Sample
 
@@ -99,8 +100,13 @@ def add_options(group: PluginOptionGroup) -> None:
 
 
 @hookspec
-def on_run_start(config: dict[str, Any], run_dir: str, resumed_step: int) -> None:
+def on_run_start(config: ConfigView, run_dir: str, resumed_step: int) -> None:
     """Called once before the first step with the resolved config and the run folder.
+
+    ``config`` is a read-only :class:`rollyard.config.ConfigView`: typed attributes
+    (``config.seed``; ``config.plugin_options[name]``, a plugin's decoded options) and, as
+    before, the config.json data by key (``config["seed"]``, ``config[name]`` a table); it is
+    a ``dict`` that cannot change.
 
     ``resumed_step`` is the step of the checkpoint a resumed run (``--resume``) continues
     from, 0 for a new run; a logger keeps what it recorded up to that step and drops the rest.

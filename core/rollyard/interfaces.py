@@ -2,7 +2,8 @@
 
 Each kind has one constructor shape. A class may declare its options as a frozen dataclass
 named ``Options`` (see :mod:`rollyard.options`); it then receives an instance of it, and a
-class without one receives the ``dict`` of its plugin's ``add_options`` values.
+class without one receives its plugin's ``add_options`` options as an instance of a generated
+dataclass that is also the dict it received before (:class:`rollyard.options.LegacyOptions`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+from rollyard.config import ConfigView, RunConfig
+from rollyard.configurable import Configurable, received_options
 from rollyard.errors import TransportError
 from rollyard.isolation.request import IsolatedEnvironment
 from rollyard.types import GenerateRequest, GenerateResult, Sample, SamplingParams, Task
@@ -34,34 +37,6 @@ class Tokenizer(Protocol):
     def apply_chat_template(self, conversation: list[dict[str, Any]], **kwargs: Any) -> Any: ...
 
 
-def _plain(options: Any) -> Any:
-    """Legacy ``add_options`` values as a fresh dict; a typed options instance as is."""
-    return dict(options or {}) if options is None or isinstance(options, Mapping) else options
-
-
-def _typed(cls: type, options: Any) -> Any:
-    """The options a class receives: its ``Options`` instance (built and checked from a dict
-    of values by name, as tests and scripts pass them; defaults for None), else a dict."""
-    declared = getattr(cls, "Options", None)
-    if declared is None or not (options is None or isinstance(options, Mapping)):
-        return _plain(options)
-    from rollyard.options import build_options
-
-    prefix = getattr(cls, "options_prefix", "") or cls.name
-    return build_options(declared, prefix, options or {})
-
-
-class Configurable:
-    """Where a plugin class declares its typed options (see :mod:`rollyard.options`)."""
-
-    #: A frozen dataclass of this class's options, or None (then it receives its plugin's
-    #: ``add_options`` values as a dict).
-    Options: ClassVar[type | None] = None
-    #: Flag prefix and run.toml table of ``Options``; the class's ``name`` when empty.
-    #: Classes of one plugin that share options set the same prefix and ``Options`` class.
-    options_prefix: ClassVar[str] = ""
-
-
 class Transport(Configurable, ABC):
     """Sends token ids to inference engines and returns tokens with their logprobs.
 
@@ -72,7 +47,7 @@ class Transport(Configurable, ABC):
 
     def __init__(self, urls: Sequence[str], options: Any = None) -> None:
         self.urls = list(urls)
-        self.options = _typed(type(self), options)
+        self.options = received_options(type(self), options)
 
     @abstractmethod
     async def generate(self, request: GenerateRequest) -> GenerateResult:
@@ -176,8 +151,9 @@ class RolloutContext:
     Rewards are applied by the core after ``run_group`` returns.
     """
 
-    #: Read-only view of the run's configuration: every core option by name (``config.seed``,
-    #: ``config.max_new_tokens``; ``config["seed"]`` for plugins written before RunConfig).
+    #: Read-only, typed view of the run's configuration: every core option by name
+    #: (``config.seed``, ``config.max_new_tokens``; ``config["seed"]``, the config.json data,
+    #: for plugins written before RunConfig).
     config: Mapping[str, Any]
     #: The model's tokenizer: ``encode``, ``decode``, ``apply_chat_template``, ``eos_token_id``.
     tokenizer: Tokenizer
@@ -186,8 +162,8 @@ class RolloutContext:
     #: Unused, kept in its place so that contexts built positionally by plugins written
     #: before rewards moved out of the context still work; the core applies rewards.
     rewards: Any = field(default=None, repr=False)
-    #: The rollout's own options: an instance of its ``Options`` class (a dict of its
-    #: plugin's ``add_options`` values when it declares none).
+    #: The rollout's own options: an instance of its ``Options`` class (when it declares none,
+    #: the generated dataclass of its plugin's ``add_options`` options, also a read-only dict).
     options: Any = None
     #: Seeded from the run's seed and the rollout worker's index; for randomness in episodes.
     rng: random.Random = field(default_factory=lambda: random.Random(0))
@@ -208,11 +184,9 @@ class RolloutContext:
     model_dir: str | None = None  # last, so positional construction keeps working
 
     def __post_init__(self) -> None:
-        from rollyard.config import ConfigView, RunConfig
-
         if not isinstance(self.config, ConfigView):  # a dict of core options, as tests pass
             self.config = ConfigView(RunConfig(**dict(self.config or {})))
-        self.options = _plain(self.options)
+        self.options = received_options(None, self.options)
         if self.sampling is None:
             self.sampling = SamplingParams()
         if not self.special_token_ids:
@@ -241,7 +215,7 @@ class Rollout(Configurable, ABC):
     eval_held_out: ClassVar[bool] = False
 
     def __init__(self, context: RolloutContext) -> None:
-        context.options = _typed(type(self), context.options)
+        context.options = received_options(type(self), context.options)
         self.context = context
 
     @classmethod
@@ -296,12 +270,12 @@ class RewardContext:
 
     #: The model's tokenizer.
     tokenizer: Tokenizer
-    #: The reward's own options: an instance of its ``Options`` class (a dict of its plugin's
-    #: ``add_options`` values when it declares none).
+    #: The reward's own options: an instance of its ``Options`` class (when it declares none,
+    #: the generated dataclass of its plugin's ``add_options`` options, also a read-only dict).
     options: Any = None
 
     def __post_init__(self) -> None:
-        self.options = _plain(self.options)
+        self.options = received_options(None, self.options)
 
 
 class Reward(Configurable):
@@ -323,7 +297,7 @@ class Reward(Configurable):
         if cls.score is Reward.score and cls.score_group is Reward.score_group:
             raise TypeError(f"reward {cls.__qualname__} must override score or score_group")
         context = context if context is not None else RewardContext(tokenizer=None)
-        context.options = _typed(cls, context.options)
+        context.options = received_options(cls, context.options)
         self.context = context
 
     async def score(self, sample: Sample, task: Task) -> float | dict[str, float]:
@@ -355,7 +329,7 @@ class Engine(Configurable, ABC):
     name: ClassVar[str] = ""
 
     def __init__(self, options: Any = None) -> None:
-        self.options = _typed(type(self), options)
+        self.options = received_options(type(self), options)
 
     @abstractmethod
     def launch(self, model_dir: str, port: int) -> EngineHandle:

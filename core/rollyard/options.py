@@ -15,19 +15,25 @@ the class's ``options_prefix`` (its ``name`` unless set). Validation that spans 
 option.
 
 Plugins written before typed options declare them with the ``add_options`` hook on a
-:class:`PluginOptionGroup`; they keep working and receive a ``dict``.
+:class:`PluginOptionGroup`; they keep working: the core generates a frozen dataclass of
+those options (:func:`legacy_options_class`) that also reads as the ``dict`` they received
+before, so every plugin's options are decoded by one function, :func:`build_options`.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
+import functools
+import keyword
 import math
+import re
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Union
+from typing import Any, ClassVar, Literal, Union
 
 from rollyard.errors import ConfigError, PluginError
 
@@ -233,39 +239,83 @@ def option_specs(options_cls: type, prefix: str) -> list[OptionSpec]:
     return specs
 
 
-def build_options(options_cls: type, prefix: str, values: Mapping[str, Any],
-                  source: str = "") -> Any:
-    """An ``Options`` instance from raw values (run.toml, config.json, a test); every value is
-    checked, and unknown keys and ``__post_init__`` failures are ConfigErrors naming the
-    option and ``source``."""
-    specs = {spec.name: spec for spec in option_specs(options_cls, prefix)}
+def field_specs(options_cls: type, prefix: str) -> dict[str, OptionSpec | LegacyOption]:
+    """The options of an ``Options`` class by name: its typed specs, or the ``add_options``
+    options a generated :class:`LegacyOptions` class stands for."""
+    if isinstance(options_cls, type) and issubclass(options_cls, LegacyOptions):
+        return dict(options_cls.legacy_options)
+    return {spec.name: spec for spec in option_specs(options_cls, prefix)}
+
+
+def coerce_values(options_cls: type, prefix: str, values: Mapping[str, Any],
+                  source: str = "") -> dict[str, Any]:
+    """Raw values (run.toml, config.json, a test's dict) checked and converted by their
+    options, by option name; an unknown key or a bad value is a ConfigError naming ``source``,
+    the ``[prefix]`` table and the key (the flag when ``source`` is empty)."""
+    specs = field_specs(options_cls, prefix)
     here = f"{source}: " if source else ""
-    kwargs = {}
+    checked = {}
     for key, value in values.items():
         spec = specs.get(key.replace("-", "_"))
         if spec is None:
-            raise ConfigError(f"{here}unknown option [{prefix}] {key!r} (no flag "
-                              f"--{prefix}-{key.replace('_', '-')}; known: "
-                              f"{', '.join(specs) or 'none'})")
+            raise ConfigError(f"{here}unknown option [{prefix}] {key!r} (no plugin option "
+                              f"--{prefix}-{key.replace('_', '-')}); known: "
+                              f"{', '.join(specs) or 'none'}")
         where = f"{here}[{prefix}] {key!r}" if source else spec.flag
-        kwargs[spec.name] = spec.coerce(value, where)
-    return construct_options(options_cls, prefix, kwargs)
+        checked[spec.name] = spec.coerce(value, where)
+    return checked
 
 
-def construct_options(options_cls: type, prefix: str, values: Mapping[str, Any]) -> Any:
-    """``options_cls(**values)`` with checked values; a ``ValueError`` from its
-    ``__post_init__`` becomes a ConfigError naming the plugin's options."""
+def build_options(options_cls: type, prefix: str, values: Mapping[str, Any],
+                  source: str = "", base: Any = None) -> Any:
+    """The decoder of plugin options: an ``Options`` instance (or a generated
+    :class:`LegacyOptions` one) from raw values over the defaults (over the values of
+    ``base``, an instance, when given); every raw value is checked (:func:`coerce_values`)
+    and ``__post_init__`` failures are ConfigErrors naming ``source`` or the plugin's flags."""
+    kept = {} if base is None else options_values(base)
+    return construct_options(options_cls, prefix,
+                             {**kept, **coerce_values(options_cls, prefix, values, source)},
+                             source)
+
+
+def construct_options(options_cls: type, prefix: str, values: Mapping[str, Any],
+                      source: str = "") -> Any:
+    """``options_cls(**values)`` with checked values (by option name); a ``ValueError`` from
+    its ``__post_init__`` becomes a ConfigError naming ``source``, else the plugin's flags."""
+    if isinstance(options_cls, type) and issubclass(options_cls, LegacyOptions):
+        values = {options_cls.field_names[key]: value for key, value in values.items()}
     try:
         return options_cls(**values)
     except ValueError as exc:
-        raise ConfigError(f"--{prefix}-* options: {exc}") from None
+        label = source or (f"--{prefix}-* options" if prefix else "options")
+        raise ConfigError(f"{label}: {exc}") from None
+
+
+def options_from_args(options_cls: type, args: Any,
+                      names: Collection[str] | None = None) -> Any:
+    """A command's ``Options`` from its parsed arguments (flags added without a prefix by
+    :func:`add_spec_arguments` with ``dest_is_name``; only ``names`` when given), decoded and
+    checked by :func:`build_options`."""
+    values = {spec.name: getattr(args, spec.name) for spec in option_specs(options_cls, "")
+              if (names is None or spec.name in names) and hasattr(args, spec.name)}
+    return build_options(options_cls, "", values)
+
+
+def options_values(instance: Any) -> dict[str, Any]:
+    """The values of an options instance by option name, as they are (a plain mapping, what
+    a pickled :class:`LegacyOptions` becomes, as a dict)."""
+    if isinstance(instance, LegacyOptions):
+        return instance.values_by_name()
+    if isinstance(instance, Mapping):
+        return dict(instance)
+    return {f.name: getattr(instance, f.name) for f in dataclasses.fields(instance)
+            if f.init and f.metadata.get("option") is not False}
 
 
 def options_data(instance: Any) -> dict[str, Any]:
-    """A typed options instance as plain data (the config.json / run.toml table)."""
-    return {f.name: list(v) if isinstance(v := getattr(instance, f.name), tuple) else v
-            for f in dataclasses.fields(instance)
-            if f.init and f.metadata.get("option") is not False}
+    """An options instance as plain data (the config.json / run.toml table)."""
+    return {name: list(value) if isinstance(value, tuple) else value
+            for name, value in options_values(instance).items()}
 
 
 # --------------------------------------------------------------------------- argparse
@@ -317,6 +367,10 @@ class LegacyOption:
     action: argparse.Action
     repeated: bool
 
+    @property
+    def flag(self) -> str:
+        return self.action.option_strings[0]
+
     def coerce(self, value: Any, where: str) -> Any:
         """A run.toml value as its flag would have parsed it (type and choices)."""
         if self.repeated and isinstance(value, list):
@@ -329,7 +383,7 @@ class LegacyOption:
             try:
                 value = convert(str(value))
             except (argparse.ArgumentTypeError, TypeError, ValueError) as exc:
-                raise ConfigError(f"{where}: {exc}") from None
+                raise ConfigError(f"{where} {value!r}: {exc}") from None
         if self.action.choices is not None and value not in self.action.choices:
             raise ConfigError(f"{where}: {value!r} is not one of {sorted(self.action.choices)}")
         return value
@@ -366,3 +420,81 @@ class PluginOptionGroup:
         action = self._group.add_argument(*flags, **kwargs)
         self.declared.append(LegacyOption(name, action, kwargs.get("action") == "append"))
         return action
+
+
+class ReadOnlyDict(dict):
+    """A ``dict`` whose items cannot change once it is built (subclasses fill it with
+    ``dict.update(self, ...)``); a change raises TypeError saying :attr:`read_only`."""
+
+    read_only: ClassVar[str] = "read-only"
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(self.read_only)
+
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse  # type: ignore[assignment]
+
+
+class LegacyOptions(ReadOnlyDict):
+    """The base of the frozen dataclass generated for a plugin's ``add_options`` options
+    (:func:`legacy_options_class`): one field per option, read as attributes
+    (``options.count``), and still the ``dict`` such plugins received before
+    (``options["count"]``, ``options.get("count")``, ``dict(options)``, ``json.dumps``).
+    Neither the fields nor the dict can change.
+    """
+
+    #: The options of the table by name (the flag without ``--<plugin>-``, dashes as ``_``).
+    legacy_options: ClassVar[Mapping[str, LegacyOption]] = {}
+    #: Option name -> field name (they differ only for a name that cannot be a field).
+    field_names: ClassVar[Mapping[str, str]] = {}
+    #: The plugin (entry-point name) whose ``add_options`` hook declared the options.
+    plugin: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        dict.update(self, self.values_by_name())
+
+    @property
+    def read_only(self) -> str:  # type: ignore[override]
+        return f"the options of plugin {self.plugin!r} are read-only"
+
+    def values_by_name(self) -> dict[str, Any]:
+        """The values as a new dict by option name (the run.toml table)."""
+        return {key: getattr(self, name) for key, name in self.field_names.items()}
+
+    def copy(self) -> dict[str, Any]:  # type: ignore[override]
+        """The values as a new, plain dict."""
+        return self.values_by_name()
+
+    def __repr__(self) -> str:  # as the dict was shown, in messages that quote options
+        return repr(self.values_by_name())
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # the class is made at run time and cannot be imported: pickles as its dict
+        return (dict, (self.values_by_name(),))
+
+
+def legacy_options_class(plugin: str, declared: Sequence[LegacyOption]) -> type[LegacyOptions]:
+    """The frozen dataclass of the options ``plugin`` declared with ``add_options``: the one
+    typed form in which they are decoded (:func:`build_options`) and handed to its classes.
+    Field defaults are the options' argparse defaults."""
+    reserved = set(dir(LegacyOptions))
+    fields: list[tuple[str, Any, Any]] = []
+    names: dict[str, str] = {}
+    for index, legacy in enumerate(declared):
+        name = legacy.name
+        if (not name.isidentifier() or keyword.iskeyword(name) or name.startswith("_")
+                or name in reserved):
+            name = f"option_{index}"
+        default = legacy.action.default
+        if isinstance(default, (list, dict, set)):
+            spec = dataclasses.field(default_factory=functools.partial(copy.deepcopy, default))
+        else:
+            spec = dataclasses.field(default=default)
+        fields.append((name, Any, spec))
+        names[legacy.name] = name
+    title = "".join(part.capitalize() for part in re.split(r"[^0-9A-Za-z]+", plugin))
+    namespace = {"legacy_options": {o.name: o for o in declared}, "field_names": names,
+                 "plugin": plugin, "__module__": __name__}
+    return dataclasses.make_dataclass(f"{title or 'Plugin'}LegacyOptions", fields,
+                                      bases=(LegacyOptions,), namespace=namespace,
+                                      frozen=True, eq=False, repr=False)

@@ -1,29 +1,28 @@
 """Which plugin owns which options: typed ``Options`` classes on registered classes, and the
-``add_options`` hook of plugins written before them."""
+``add_options`` hook of plugins written before them. The tables are collected from the
+loaded plugins by :meth:`rollyard.plugins.PluginManager.option_tables`."""
 
 from __future__ import annotations
 
-import argparse
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from rollyard.configurable import options_prefix
 from rollyard.errors import PluginError
-from rollyard.options import LegacyOption, OptionSpec, option_specs
-
-if TYPE_CHECKING:
-    from rollyard.plugins import PluginManager
+from rollyard.options import (
+    LegacyOption,
+    LegacyOptions,
+    OptionSpec,
+    build_options,
+    legacy_options_class,
+    option_specs,
+)
 
 #: Commands parse their own arguments; every other kind of class may declare typed options.
 NO_OPTIONS_KINDS = ("command",)
 #: The owner kind of an observer plugin's options (see PluginManager.observers).
 OBSERVER = "observer"
-
-
-def options_prefix(cls: type) -> str:
-    """The table name and flag prefix of a class's typed options: ``options_prefix`` if set,
-    else its registered ``name``."""
-    return getattr(cls, "options_prefix", "") or cls.name
 
 
 @dataclass
@@ -42,13 +41,15 @@ class TypedTable:
 
 @dataclass
 class LegacyTable:
-    """Options a plugin declared with the ``add_options`` hook."""
+    """Options a plugin declared with the ``add_options`` hook, and the dataclass generated
+    for them (what the plugin's classes receive)."""
 
     plugin: str
     options: list[LegacyOption]
+    options_cls: type[LegacyOptions] = field(init=False)
 
-    def defaults(self) -> dict[str, Any]:
-        return {o.name: o.action.default for o in self.options}
+    def __post_init__(self) -> None:
+        self.options_cls = legacy_options_class(self.plugin, self.options)
 
 
 @dataclass
@@ -58,34 +59,12 @@ class OptionTables:
     typed: dict[str, TypedTable] = field(default_factory=dict)
     legacy: dict[str, LegacyTable] = field(default_factory=dict)
 
-    @classmethod
-    def from_manager(cls, manager: PluginManager,
-                     parser: argparse.ArgumentParser | None = None,
-                     plugins: Iterable[str] | None = None) -> OptionTables:
-        """Collect the tables; legacy options are added to ``parser`` (a throwaway one if
-        None). ``plugins`` limits both to those plugins (entry-point names)."""
-        tables = cls()
-        wanted = None if plugins is None else set(plugins)
-        for kind in manager.registry:
-            if kind in NO_OPTIONS_KINDS:
-                continue
-            for name in manager.names(kind):
-                record = manager.owner(kind, name)
-                option_cls = getattr(manager.get(kind, name), "Options", None)
-                if option_cls is None or (wanted is not None and record.name not in wanted):
-                    continue
-                tables.add_typed(manager.get(kind, name), kind, record.name)
-        for plugin, observer in manager.observers().items():
-            if wanted is None or plugin in wanted:
-                tables.add_typed(observer, OBSERVER, plugin)
-        groups = manager.hooks.add_options(parser or argparse.ArgumentParser(add_help=False),
-                                           plugins=wanted)
-        for plugin, group in groups.items():
-            if plugin in tables.typed and tables.typed[plugin].plugin != plugin:
-                raise PluginError(f"option table {plugin!r} is declared by plugin {plugin!r} "
-                                  f"(add_options) and by {tables.typed[plugin].owners}")
-            tables.legacy[plugin] = LegacyTable(plugin, group.declared)
-        return tables
+    def add_legacy(self, plugin: str, declared: list[LegacyOption]) -> None:
+        """The options ``plugin`` declared with its ``add_options`` hook."""
+        if plugin in self.typed and self.typed[plugin].plugin != plugin:
+            raise PluginError(f"option table {plugin!r} is declared by plugin {plugin!r} "
+                              f"(add_options) and by {self.typed[plugin].owners}")
+        self.legacy[plugin] = LegacyTable(plugin, declared)
 
     def add_typed(self, cls: Any, kind: str, plugin: str) -> None:
         prefix = options_prefix(cls)
@@ -105,16 +84,26 @@ class OptionTables:
     def names(self) -> set[str]:
         return set(self.typed) | set(self.legacy)
 
+    def classes(self) -> dict[str, type]:
+        """The options class of every table, by table name: what decodes its values."""
+        return {**{plugin: t.options_cls for plugin, t in self.legacy.items()},
+                **{prefix: t.options_cls for prefix, t in self.typed.items()}}
+
+    def flag_dests(self) -> dict[str, tuple[str, OptionSpec | LegacyOption]]:
+        """The argparse ``dest`` of every plugin option: its table and its option."""
+        found: dict[str, tuple[str, OptionSpec | LegacyOption]] = {}
+        for prefix, table in self.typed.items():
+            found.update({spec.flag: (prefix, spec) for spec in table.specs})
+        for plugin, legacy in self.legacy.items():
+            if plugin not in self.typed:
+                found.update({o.action.dest: (plugin, o) for o in legacy.options})
+        return found
+
     def observer_tables(self) -> set[str]:
         """The tables of observer plugins: they change what a run records, never what it
         computes."""
         return {prefix for prefix, table in self.typed.items()
                 if all(owner.startswith(OBSERVER + " ") for owner in table.owners)}
-
-
-def observer_tables(manager: PluginManager) -> set[str]:
-    """The option tables of the loaded observer plugins."""
-    return {options_prefix(observer) for observer in manager.observers().values()}
 
 
 def table_of(cls: type, plugin: str) -> str:
@@ -124,9 +113,12 @@ def table_of(cls: type, plugin: str) -> str:
 
 def options_for(cls: type, plugin: str, values: Mapping[str, Any]) -> Any:
     """What a registered class receives as its options: its typed table's instance; for a
-    class without ``Options``, its plugin's table (the ``add_options`` dict, or the typed
-    options a sibling class declares under the plugin's name)."""
+    class without ``Options``, its plugin's table (the generated instance of its
+    ``add_options`` options, or the typed options a sibling class declares under the plugin's
+    name). A table ``values`` lacks (a RunConfig built by hand) gives the defaults."""
     if getattr(cls, "Options", None) is not None:
-        return values[options_prefix(cls)]
-    table = values.get(plugin, {})  # the plugin's table: add_options values, or typed options
-    return dict(table) if isinstance(table, Mapping) else table
+        prefix = options_prefix(cls)
+        table = values.get(prefix)
+        return table if table is not None else build_options(cls.Options, prefix, {})
+    table = values.get(plugin)  # the plugin's table: add_options values, or typed options
+    return table if table is not None else legacy_options_class(plugin, [])()

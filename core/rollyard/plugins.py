@@ -15,11 +15,13 @@ from typing import Any
 
 import pluggy
 
-from rollyard import hookspecs
+import rollyard.hookspecs as hookspecs
 from rollyard.algorithms import Algorithm
+from rollyard.configurable import options_prefix
 from rollyard.errors import PluginError, UnknownPluginError
 from rollyard.interfaces import Command, Engine, Reward, Rollout, Transport
 from rollyard.options import PluginOptionGroup
+from rollyard.plugin_options import NO_OPTIONS_KINDS, OBSERVER, OptionTables
 
 ENTRY_POINT_GROUP = "rollyard"
 CORE_DISTRIBUTION = "rollyard"
@@ -297,13 +299,44 @@ class PluginManager:
     def observers(self) -> dict[str, Any]:
         """Loaded plugins whose observer hooks take typed options (the TensorBoard logger):
         plugin objects with a ``name`` and an ``Options`` class, by entry-point name. Their
-        options are ``--<name>-*`` flags and reach them in ``on_run_start``'s config, under
-        ``config[name]``."""
+        options are ``--<name>-*`` flags and reach them decoded in ``on_run_start``'s config,
+        as ``config.plugin_options[name]`` (the plain data under ``config[name]``)."""
         observer_hooks = {"on_run_start", "on_samples", "on_step_end", "on_run_end"}
         return {name: plugin for name, plugin in self.pm.list_name_plugin()
                 if name in self.records and getattr(plugin, "Options", None) is not None
                 and isinstance(getattr(plugin, "name", None), str)
                 and observer_hooks & set(self.records[name].hooks)}
+
+
+    def observer_tables(self) -> set[str]:
+        """The option tables of the loaded observer plugins."""
+        return {options_prefix(observer) for observer in self.observers().values()}
+
+    def option_tables(self, parser: argparse.ArgumentParser | None = None,
+                      plugins: Iterable[str] | None = None) -> OptionTables:
+        """Every option table of the loaded plugins; ``add_options`` options are added to
+        ``parser`` (a throwaway one if None). ``plugins`` limits them to those plugins
+        (entry-point names)."""
+        tables = OptionTables()
+        wanted = None if plugins is None else set(plugins)
+        for kind in self.registry:
+            if kind in NO_OPTIONS_KINDS:
+                continue
+            for name in self.names(kind):
+                record = self.owner(kind, name)
+                cls = self.get(kind, name)
+                if getattr(cls, "Options", None) is None or (
+                        wanted is not None and record.name not in wanted):
+                    continue
+                tables.add_typed(cls, kind, record.name)
+        for plugin, observer in self.observers().items():
+            if wanted is None or plugin in wanted:
+                tables.add_typed(observer, OBSERVER, plugin)
+        groups = self.hooks.add_options(parser or argparse.ArgumentParser(add_help=False),
+                                        plugins=wanted)
+        for plugin, group in groups.items():
+            tables.add_legacy(plugin, group.declared)
+        return tables
 
 
 def _renamed(cls: type, name: str) -> type:
@@ -350,7 +383,8 @@ class HookFacade:
                 group=groups[name])
         return groups
 
-    def on_run_start(self, config: dict[str, Any], run_dir: str, resumed_step: int = 0) -> None:
+    def on_run_start(self, config: Mapping[str, Any], run_dir: str,
+                     resumed_step: int = 0) -> None:
         self._pm.hook.on_run_start(config=config, run_dir=run_dir, resumed_step=resumed_step)
 
     def on_samples(self, step: int, samples: list[Any]) -> None:

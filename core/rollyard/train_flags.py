@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rollyard.config import Layer, RunConfig, build_run_config, core_specs, load_toml
-from rollyard.options import add_spec_arguments
+from rollyard.options import add_spec_arguments, construct_options
 from rollyard.plugin_options import OptionTables
 from rollyard.plugins import PluginManager
 
@@ -34,7 +34,7 @@ class TrainFlags:
             groups.setdefault(spec.group or "run", []).append(spec)
         for title, specs in groups.items():
             self.actions += add_spec_arguments(parser.add_argument_group(title), specs)
-        self.tables = OptionTables.from_manager(manager, parser)
+        self.tables = manager.option_tables(parser)
         for table in self.tables.typed.values():
             self.actions += add_spec_arguments(
                 parser.add_argument_group(f"{table.prefix} (plugin options)"), table.specs)
@@ -47,9 +47,10 @@ class TrainFlags:
                   for flag in o.action.option_strings]
         return typed + legacy
 
-    def defaults(self) -> RunConfig:
-        """The RunConfig of no options at all."""
-        return build_run_config(self.tables, [])
+    def default_options(self) -> dict[str, Any]:
+        """Every plugin option table's options when none is given, by table."""
+        return {prefix: construct_options(cls, prefix, {})
+                for prefix, cls in self.tables.classes().items()}
 
     def parse(self, argv: Sequence[str]) -> RunConfig:
         """Parse ``argv`` (the ``train`` arguments) into a RunConfig; usage errors exit."""

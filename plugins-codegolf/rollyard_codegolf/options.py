@@ -73,9 +73,10 @@ class CodegolfOptions:
 
     @classmethod
     def of(cls, options: CodegolfOptions | Mapping[str, Any] | None) -> CodegolfOptions:
-        """``context.options`` as CodegolfOptions: the core hands an instance; a mapping of
-        option names to values (a test, the verifiers taskset's config) is checked like
-        run.toml, and a ConfigError names the bad option."""
+        """Options from outside the core as CodegolfOptions: an instance as it is; a mapping
+        of option names to values (a test's evaluator, the verifiers taskset's config) is
+        decoded by the core's one decoder, checked like run.toml, and a ConfigError names the
+        bad option. The rollout and rewards receive the decoded instance from the core."""
         if isinstance(options, cls):
             return options
         return build_options(cls, PREFIX, dict(options or {}))

@@ -37,7 +37,7 @@ class CodegolfReward(EvaluatedReward[ProgramResult]):
 
     def __init__(self, context: RewardContext) -> None:
         super().__init__(context)
-        self.options = CodegolfOptions.of(context.options)
+        self.options: CodegolfOptions = context.options  # decoded by the core
 
 
 class CorrectReward(CodegolfReward):

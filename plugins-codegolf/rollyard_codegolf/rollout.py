@@ -35,7 +35,7 @@ class CodegolfRollout(Rollout):
 
     def __init__(self, context: RolloutContext) -> None:
         super().__init__(context)
-        self.options = CodegolfOptions.of(context.options)
+        self.options: CodegolfOptions = context.options  # decoded by the core
         problems = load_tasks(self.options.tasks)
         self._splits = {split: [p.to_task() for p in split_tasks(problems, split)]
                         for split in ("train", "eval")}

@@ -17,7 +17,7 @@ from typing import Any
 
 from rollyard import Command, hookimpl
 from rollyard.errors import ConfigError
-from rollyard.options import add_spec_arguments, between, construct_options, option, option_specs
+from rollyard.options import add_spec_arguments, between, option, option_specs, options_from_args
 
 #: Step-time phases, as metrics.jsonl keys, and their labels.
 PHASES = {"time/rollout_s": "rollout", "time/train_s": "train",
@@ -254,9 +254,7 @@ class ReportCommand(Command):
     def run(self, args: SimpleNamespace) -> int:
         from rich.console import Console
 
-        options = construct_options(ReportOptions, "report",
-                                    {spec.name: getattr(args, spec.name)
-                                     for spec in option_specs(ReportOptions, "")})
+        options = options_from_args(ReportOptions, args)
         runs = [load_run(path) for path in args.runs]
         out = Path(options.out) if options.out else (
             runs[0].path / "report" if len(runs) == 1 else Path("report"))

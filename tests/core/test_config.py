@@ -16,7 +16,6 @@ from rollyard import ConfigError, PluginError, Rollout, hookimpl
 from rollyard.config import ConfigView, RunConfig, build_run_config
 from rollyard.interfaces import RolloutContext
 from rollyard.options import at_least, build_options, option, option_specs
-from rollyard.plugin_options import OptionTables
 from rollyard.train_flags import TrainFlags
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,7 +128,7 @@ def test_two_option_classes_under_one_prefix_are_refused(plugin_manager):
 
     plugin_manager.register(Both(), name="both")
     with pytest.raises(PluginError, match=r"options --maze-\* are declared twice"):
-        OptionTables.from_manager(plugin_manager)
+        plugin_manager.option_tables()
 
 
 # --------------------------------------------------------------------------- layers

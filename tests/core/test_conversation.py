@@ -224,7 +224,7 @@ def test_a_rollout_worker_gives_the_rollout_its_models_context_length_and_folder
     shutil.copytree(tiny_model_dir, model, ignore=shutil.ignore_patterns("*.safetensors"))
     config = json.loads((model / "config.json").read_text())
     (model / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 300}))
-    spec = RolloutSpec(RunConfig(rollout_plugin="guess").to_data(), {}, str(model),
+    spec = RolloutSpec(RunConfig(rollout_plugin="guess"), {}, str(model),
                        ["http://127.0.0.1:1"])
     context = RolloutWorker(spec, 0).rollout.context
     assert context.context_length == 300

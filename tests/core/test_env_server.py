@@ -18,7 +18,6 @@ from aiohttp import web
 from rollyard.config import RunConfig
 from rollyard.env_server.app import EnvServer, worker_factory
 from rollyard.errors import ConfigError
-from rollyard.plugin_options import OptionTables
 from rollyard.plugins import PluginManager
 from rollyard.run.remote_backend import RemoteBackend, check_servers
 from rollyard.run.rollout_workers import RolloutSpec
@@ -58,10 +57,10 @@ def spec(tiny_model_dir: Path, embedded_engine: Any) -> RolloutSpec:
     manager = PluginManager()
     manager.load_for_run([("rollout", "toy")])
     config = RunConfig.from_data({"group_size": 2, "max_new_tokens": 4},
-                                 OptionTables.from_manager(manager))
+                                 manager.option_tables())
     toy = manager.get("rollout", "toy")
     weights = toy.reward_weights(config.options_for(toy, manager.owner("rollout", "toy").name))
-    return RolloutSpec(config=config.to_data(), reward_weights=dict(weights),
+    return RolloutSpec(config=config, reward_weights=dict(weights),
                        model_dir=str(tiny_model_dir), engine_urls=[embedded_engine.url])
 
 

@@ -459,7 +459,6 @@ def register_rollouts(register):
 
 
 def test_a_third_party_plugin_takes_a_name_from_a_builtin_example(make_distribution, capsys):
-    from rollyard.plugin_options import OptionTables
     from rollyard_plugins.guess import Guess
 
     make_distribution("rollyard-guess", {"my_guess.py": GUESS_MODULE}, {"guess": "my_guess"})
@@ -476,7 +475,7 @@ def test_a_third_party_plugin_takes_a_name_from_a_builtin_example(make_distribut
     assert err.count("rollout 'guess' of 'rollyard-guess' takes the name of the core's built-in "
                      "example, which stays available as 'rollyard:guess'") == 1
     # each keeps its own options: the plain flags for the plugin with the plain name
-    tables = OptionTables.from_manager(manager)
+    tables = manager.option_tables()
     assert tables.typed["guess"].options_cls.__module__ == "my_guess"
     assert tables.typed["rollyard-guess"].options_cls is Guess.Options
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from rollyard import cli
-from rollyard.config import RunConfig
+from rollyard.config import ConfigView, RunConfig
 from rollyard.plugins import PluginManager
 from rollyard.run.collect import with_text
 from rollyard.run.eval_split import eval_metrics
@@ -20,7 +20,7 @@ from rollyard.run.metrics import sample_metrics
 from rollyard.types import Sample, SampleStatus
 from rollyard_plugins.loggers.console import step_line
 from rollyard_plugins.loggers.jsonl import JsonlLogger
-from rollyard_plugins.loggers.tensorboard import TensorBoardLogger
+from rollyard_plugins.loggers.tensorboard import TensorBoardLogger, TensorBoardOptions
 
 
 class Tokenizer:
@@ -107,8 +107,11 @@ def test_the_tensorboard_observer_is_a_plugin_with_its_own_options(tmp_path):
     manager.load_all()
     assert "tensorboard" in manager.observers()
     logger = TensorBoardLogger()
-    config = {**RunConfig().to_data(), "tensorboard": {"enabled": True, "samples": 1}}
+    # the typed view the core hands observers: the options arrive decoded
+    options = TensorBoardOptions(enabled=True, samples=1)
+    config = ConfigView(RunConfig(plugin_options={"tensorboard": options}))
     logger.on_run_start(config, str(tmp_path), 0)
+    assert logger.options is options
     for step in (1, 2):
         logger.on_samples(step, samples())
         logger.on_step_end(step, {"reward/mean": 0.5 * step, "time/unix": 1e9})
@@ -124,7 +127,7 @@ def test_the_tensorboard_observer_is_a_plugin_with_its_own_options(tmp_path):
 
 def test_tensorboard_is_off_unless_asked(tmp_path):
     logger = TensorBoardLogger()
-    logger.on_run_start(RunConfig().to_data(), str(tmp_path), 0)
+    logger.on_run_start(ConfigView(RunConfig()), str(tmp_path), 0)
     logger.on_step_end(1, {"reward/mean": 1.0})
     assert not (tmp_path / "tensorboard").exists()
 
@@ -159,7 +162,8 @@ def test_report_refuses_a_folder_that_is_not_a_run(report, tmp_path):
 def test_a_resumed_run_replaces_the_tensorboard_steps_after_its_checkpoint(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    config = {**RunConfig().to_data(), "tensorboard": {"enabled": True, "samples": 0}}
+    config = ConfigView(RunConfig(plugin_options={
+        "tensorboard": TensorBoardOptions(enabled=True, samples=0)}))
     first = TensorBoardLogger()
     first.on_run_start(config, str(tmp_path), 0)
     for step in (1, 2, 3):

@@ -19,7 +19,7 @@ from rollyard.bearer import bearer_middleware
 from rollyard.env_server.wire import MAX_BODY, open_state, sample_to_data, seal_state
 from rollyard.errors import RollyardError, describe_error
 from rollyard.run.faults import fault_point
-from rollyard.run.rollout_workers import RolloutSpec, RolloutWorker
+from rollyard.run.rollout_workers import RolloutWorker
 
 #: Builds the worker of a session from the trainer's spec (the server's plugin in it).
 WorkerFactory = Callable[[dict[str, Any]], RolloutWorker]
@@ -138,10 +138,8 @@ def worker_factory(plugin_config: dict[str, Any], model_dir: str | None = None) 
     server's own copy of the model folder (``model_dir``) if it has one."""
 
     def make(spec: dict[str, Any]) -> RolloutWorker:
-        config = {**spec["config"], **plugin_config}
-        return RolloutWorker(RolloutSpec(config=config,
-                                         reward_weights=dict(spec["reward_weights"]),
-                                         model_dir=model_dir or spec["model_dir"],
-                                         engine_urls=list(spec["engine_urls"])), 0)
+        # the worker decodes the config once (RolloutSpec.from_data), with typed fields
+        return RolloutWorker({**spec, "config": {**spec["config"], **plugin_config},
+                              "model_dir": model_dir or spec["model_dir"], "python": None}, 0)
 
     return make

@@ -15,11 +15,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from rollyard.config import RunConfig
+from rollyard.config import ConfigView, RunConfig
 from rollyard.errors import ConfigError, TooManyFailures, describe_error, strip_ansi
 from rollyard.models.cache import cached_tiny_model
 from rollyard.options import options_data
-from rollyard.plugin_options import observer_tables, table_of
+from rollyard.plugin_options import table_of
 from rollyard.plugins import PluginManager
 from rollyard.run.best_replay import BestSamples, rescore_replayed
 from rollyard.run.engines import EngineFleet
@@ -118,7 +118,7 @@ class PluginSelection:
         selected += [("reward", name) for name in self.rewards]
         selected += [("algorithm", self.config.algorithm)]
         return {table_of(self.manager.get(kind, name), self.manager.owner(kind, name).name)
-                for kind, name in selected} | observer_tables(self.manager)
+                for kind, name in selected} | self.manager.observer_tables()
 
     def selected_config(self) -> RunConfig:
         """The config with the option tables of the selected plugins only."""
@@ -159,12 +159,15 @@ class RunSelection:
     def selected_config(self) -> RunConfig:
         """The config with the option tables of the selected plugins only; each
         environment's selection keeps the tables of its own plugins."""
-        for selection in self.environments.values():
-            selection.config = selection.selected_config()
         tables = self.tables()
-        return self.config.replace(plugin_options={
+        selected = self.config.replace(plugin_options={
             table: values for table, values in self.config.plugin_options.items()
             if table in tables})
+        for selection in self.environments.values():
+            # a run of one environment: its selection's config is the run's
+            selection.config = (selected if selection.config is self.config
+                                else selection.selected_config())
+        return selected
 
     def preflight(self, model_dir: Path) -> dict[str, TaskCounts]:
         """Each environment's :meth:`PluginSelection.preflight`, by label."""
@@ -176,16 +179,16 @@ class RunSelection:
         return {label: rollout_spec(selection.config, selection, model_dir, urls)
                 for label, selection in self.environments.items()}
 
-    def check_unused_options(self, defaults: RunConfig) -> None:
+    def check_unused_options(self, defaults: Mapping[str, Any]) -> None:
         """A ConfigError for options set for a plugin this run does not use (``--dapo-clip-high``
         with ``--algorithm grpo``): they would be ignored silently."""
         used = self.tables()
         for table, values in self.config.plugin_options.items():
-            default = defaults.plugin_options.get(table)
+            default = defaults.get(table)
             if table in used or default is None or values == default:
                 continue
-            changed = sorted(k for k, v in _as_dict(values).items()
-                             if _as_dict(default).get(k) != v)
+            changed = sorted(k for k, v in options_data(values).items()
+                             if options_data(default).get(k) != v)
             flags = ", ".join(f"--{table}-{name.replace('_', '-')}" for name in changed)
             raise ConfigError(f"{flags} set, but this run does not use {table!r} (it uses "
                               f"--algorithm {self.config.algorithm}, --rollout-plugin "
@@ -197,22 +200,19 @@ def rollout_spec(config: RunConfig, selection: PluginSelection, model_dir: Path,
                  urls: list[str]) -> RolloutSpec:
     """What rollout workers are built from. Observers' tables stay in the driver: a worker
     loads only the plugins of the run, not every observer."""
-    observers = observer_tables(selection.manager)
-    data = {key: value for key, value in config.to_data().items() if key not in observers}
-    return RolloutSpec(config=data, reward_weights=selection.reward_weights,
+    return RolloutSpec(config=config, reward_weights=selection.reward_weights,
                        model_dir=str(model_dir), engine_urls=urls,
-                       python=selection.worker_python)
-
-
-def _as_dict(values: Any) -> dict[str, Any]:
-    return dict(values) if isinstance(values, Mapping) else options_data(values)
+                       python=selection.worker_python,
+                       driver_tables=frozenset(selection.manager.observer_tables()))
 
 
 def run_training(config: RunConfig, manager: PluginManager,
-                 defaults: RunConfig | None = None, resume: str | Path | None = None) -> Path:
-    """Run ``config.steps`` RL steps; returns the run folder. ``defaults`` (the config of no
-    options) lets options set for unselected plugins be refused. ``resume``: a run folder
-    whose newest checkpoint the run continues from (``config`` is its checked config).
+                 defaults: Mapping[str, Any] | None = None,
+                 resume: str | Path | None = None) -> Path:
+    """Run ``config.steps`` RL steps; returns the run folder. ``defaults`` (every table's
+    options when none is given, :meth:`rollyard.train_flags.TrainFlags.default_options`) lets
+    options set for unselected plugins be refused. ``resume``: a run folder whose newest
+    checkpoint the run continues from (``config`` is its checked config).
 
     Raises :class:`rollyard.run.signals.RunStopped` when SIGINT or SIGTERM stopped the run
     (after saving a checkpoint)."""
@@ -233,7 +233,7 @@ def run_training(config: RunConfig, manager: PluginManager,
     from rollyard.training import TrainConfig, TrainGroup, check_layout
 
     train_config = TrainConfig.from_run(
-        config, _as_dict(selection.options("algorithm", config.algorithm)))
+        config, options_data(selection.options("algorithm", config.algorithm)))
     sizes = {env.config.group_size for env in selection.environments.values()}
     if len(sizes) > 1 and config.train_dp > 1:
         raise ConfigError(f"--train-dp {config.train_dp} with environments of different group "
@@ -278,7 +278,7 @@ def run_training(config: RunConfig, manager: PluginManager,
             _notice(f"resuming {run_dir} from {checkpoint.path.name}"
                     + (f" ({note})" if note else ""))
         config.save(run_dir / "config.json")
-        manager.hooks.on_run_start(config.to_data(), str(run_dir),
+        manager.hooks.on_run_start(ConfigView(config), str(run_dir),
                                    resumed_step=checkpoint.step if checkpoint else 0)
         engine = (selection.engine(selection.options("engine", config.engine))
                   if selection.engine else None)

@@ -19,7 +19,7 @@ from typing import Any
 from rollyard.config import RunConfig
 from rollyard.environments import Environment
 from rollyard.errors import ConfigError
-from rollyard.options import build_options, options_data
+from rollyard.options import build_options
 from rollyard.plugin_options import table_of
 from rollyard.plugins import PluginManager
 from rollyard.run.group_draw import ENV_KEY
@@ -40,18 +40,10 @@ def environment_config(config: RunConfig, env: Environment, manager: PluginManag
     changes: dict[str, Any] = {"rollout_plugin": env.name, "rollouts": (), **env.overrides}
     if env.options:
         cls = manager.get("rollout", env.name)
-        table = table_of(cls, manager.owner("rollout", env.name).name)
-        base = config.plugin_options.get(table, {})
-        where = f"[[rollout]] {env.label!r} options"
-        if getattr(cls, "Options", None) is not None:
-            values = build_options(cls.Options, table, {**options_data(base), **env.options},
-                                   source=where)
-        else:
-            unknown = sorted(set(env.options) - set(base))
-            if unknown:
-                raise ConfigError(f"{where}: unknown option {unknown[0]!r} of plugin "
-                                  f"{env.name!r} (known: {', '.join(sorted(base)) or 'none'})")
-            values = {**base, **env.options}
+        plugin = manager.owner("rollout", env.name).name
+        table, base = table_of(cls, plugin), config.options_for(cls, plugin)
+        values = build_options(type(base), table, env.options,
+                               source=f"[[rollout]] {env.label!r} options", base=base)
         changes["plugin_options"] = {**config.plugin_options, table: values}
     return config.replace(**changes)
 

@@ -126,13 +126,12 @@ def count_tasks_isolated(python: str, spec: RolloutSpec, splits: Sequence[str]) 
     with the plugins loaded from ``spec`` exactly as a rollout worker loads them."""
     with tempfile.TemporaryDirectory(prefix="rollyard-preflight-") as folder:
         request, answer = Path(folder) / "request.json", Path(folder) / "answer.json"
-        request.write_text(json.dumps({"spec": dataclasses.asdict(spec),
-                                       "splits": list(splits)}))
+        request.write_text(json.dumps({"spec": spec.to_data(), "splits": list(splits)}))
         done = subprocess.run([python, "-m", "rollyard.run.preflight", str(request),
                                str(answer)], capture_output=True, text=True)
         if not answer.exists():
             last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
-            raise PluginError(f"the preflight of rollout {spec.config['rollout_plugin']!r} "
+            raise PluginError(f"the preflight of rollout {spec.config.rollout_plugin!r} "
                               f"on {python} failed before building it: {one_line(last)}")
         result = json.loads(answer.read_text())
     if "error" in result:
@@ -145,9 +144,9 @@ def _main(argv: list[str]) -> int:
     preflight. Writes ``{"counts": {...}}`` or ``{"error": "one line"}`` to ANSWER."""
     request_path, answer_path = (Path(arg) for arg in argv)
     request = json.loads(request_path.read_text())
-    spec = RolloutSpec(**request["spec"])
     try:
-        manager, config = load_run(spec)
+        manager, spec = load_run(request["spec"])
+        config = spec.config
         rollout_cls = manager.get("rollout", config.rollout_plugin)
         options = config.options_for(rollout_cls,
                                      manager.owner("rollout", config.rollout_plugin).name)

@@ -111,7 +111,7 @@ class RemoteBackend:
                  concurrency: int, timeout_s: float, max_starts_per_s: float = 0.0,
                  ssl_context: ssl.SSLContext | None = None) -> None:
         self.spec, self.token, self.timeout_s = spec, token, timeout_s
-        self.group_size = int(spec.config["group_size"])
+        self.group_size = spec.config.group_size
         self.session = uuid.uuid4().hex
         self.ssl = ssl_context if ssl_context is not None else True
         self.loop = asyncio.new_event_loop()
@@ -159,11 +159,10 @@ class RemoteBackend:
             raise ServerLost(f"env server {server.url}: {type(exc).__name__}: {exc}") from exc
 
     async def _open(self, server: Server) -> None:
-        spec = {"config": self.spec.config, "reward_weights": self.spec.reward_weights,
-                "model_dir": self.spec.model_dir, "engine_urls": self.spec.engine_urls}
+        spec = {**self.spec.to_data(), "python": None}  # the server has its own Python
         answer = await self._call(server, "POST", "/v1/session", self.timeout_s,
                                   json={"session": self.session, "spec": spec})
-        wanted = self.spec.config["rollout_plugin"]
+        wanted = self.spec.config.rollout_plugin
         if answer["rollout_plugin"] != wanted:
             raise ConfigError(f"env server {server.url} serves rollout "
                               f"{answer['rollout_plugin']!r}, this run's is {wanted!r}")

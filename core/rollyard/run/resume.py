@@ -10,7 +10,6 @@ layout, a plugin, the algorithm, a plugin's option — is refused with a ConfigE
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +52,9 @@ def check_resume_changes(saved: RunConfig, wanted: RunConfig, run_dir: str | Pat
     for table, values in saved.plugin_options.items():
         if table in free_tables:
             continue
-        before_values = _as_dict(values)
-        after_values = _as_dict(wanted.plugin_options.get(table, {}))
+        before_values = options_data(values)
+        after = wanted.plugin_options.get(table)
+        after_values = options_data(after) if after is not None else {}
         for key, before in before_values.items():
             after = after_values.get(key, before)
             if after != before:
@@ -66,9 +66,6 @@ def _refuse(run_dir: str | Path, flag: str, before: Any, after: Any) -> None:
                       f"there, {after!r} now); a resumed run keeps its model, layout, plugins, "
                       f"algorithm and their options; only {safe_flags()} may change")
 
-
-def _as_dict(values: Any) -> dict[str, Any]:
-    return dict(values) if isinstance(values, Mapping) else options_data(values)
 
 
 def resumed_config(run_dir: str | Path, tables: OptionTables, wanted: RunConfig) -> RunConfig:

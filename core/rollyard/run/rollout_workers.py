@@ -1,14 +1,16 @@
 """Rollout workers: Ray actors that run the selected rollout plugin in their own process.
 
-A worker receives only plain data — plugin *names*, each plugin's options, the model folder and
-the engine URLs — and resolves the plugins through entry points itself, exactly as the driver
-does. Nothing the user wrote is pickled, so a plugin that works in ``rollyard plugins`` works
-in a worker.
+A worker receives only plain data — plugin *names*, the run's config as ``RunConfig.to_data()``
+with each plugin's options, the model folder and the engine URLs
+(:meth:`RolloutSpec.to_data`) — resolves the plugins through entry points itself, exactly as
+the driver does, and decodes the config once (:meth:`RolloutSpec.from_data`). Nothing the
+user wrote is pickled, so a plugin that works in ``rollyard plugins`` works in a worker.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -16,7 +18,6 @@ from rollyard.config import ConfigView, RunConfig, parse_resource
 from rollyard.errors import ConfigError, PluginError, RollyardError, describe_error
 from rollyard.interfaces import RewardContext, RolloutContext
 from rollyard.model_facts import model_max_tokens
-from rollyard.plugin_options import OptionTables
 from rollyard.plugins import PluginManager
 from rollyard.rewards import RewardSet
 from rollyard.run.collect import CollectSettings, collect_step, placeholder, with_text
@@ -26,26 +27,60 @@ from rollyard.seeding import derive_seed
 from rollyard.types import Sample, SampleStatus, SamplingParams, Task
 
 
-@dataclass
+@dataclass(frozen=True)
 class RolloutSpec:
-    """Everything a worker needs, as picklable plain data."""
+    """Everything a rollout worker is built from: the typed config of its environment, and
+    the plain data that crosses to a worker's process (:meth:`to_data`), decoded there once
+    by :meth:`from_data`."""
 
-    config: dict[str, Any]  # RunConfig.to_data()
+    config: RunConfig
     reward_weights: dict[str, float]
     model_dir: str
     engine_urls: list[str]
     python: str | None = None  # an isolated venv's interpreter (docs/isolation.md)
+    #: option tables that stay in the driver (the observers': a worker loads only the
+    #: plugins of the run)
+    driver_tables: frozenset[str] = frozenset()
+
+    def plugins(self) -> list[tuple[str, str]]:
+        """(kind, name) of every plugin a worker loads."""
+        return self.config.wanted_plugins() + [("reward", name) for name in self.reward_weights]
+
+    def to_data(self) -> dict[str, Any]:
+        """The spec as JSON data: the config as ``RunConfig.to_data()`` (without the driver's
+        tables) and the plugins that decode it."""
+        config = {key: value for key, value in self.config.to_data().items()
+                  if key not in self.driver_tables}
+        return {"config": config, "plugins": [list(p) for p in self.plugins()],
+                "reward_weights": dict(self.reward_weights), "model_dir": self.model_dir,
+                "engine_urls": list(self.engine_urls), "python": self.python}
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any]) -> tuple[PluginManager, RolloutSpec]:
+        """The plugins of :meth:`to_data`'s data loaded by entry point in this process (all of
+        them for data without its ``plugins``), and the spec with its config decoded by
+        :meth:`RunConfig.from_data <rollyard.config.RunConfig.from_data>`, the one decoder of
+        a run's config."""
+        manager = PluginManager()
+        if data.get("plugins") is None:
+            manager.load_all()
+        else:
+            manager.load_for_run([(kind, name) for kind, name in data["plugins"]])
+        config = RunConfig.from_data(data["config"], manager.option_tables(),
+                                     "the run's config")
+        return manager, cls(config, dict(data["reward_weights"]), str(data["model_dir"]),
+                            list(data["engine_urls"]), data.get("python"))
 
 
-def load_run(spec: RolloutSpec) -> tuple[PluginManager, RunConfig]:
-    """The plugins of the run ``spec`` describes, loaded by entry point in this process, and
-    its config with their options."""
-    manager = PluginManager()
-    top = {k: v for k, v in spec.config.items() if not isinstance(v, dict)}
-    wanted = (RunConfig.from_data(top, OptionTables()).wanted_plugins()
-              + [("reward", name) for name in spec.reward_weights])
-    manager.load_for_run(wanted)
-    return manager, RunConfig.from_data(spec.config, OptionTables.from_manager(manager))
+def load_run(spec: RolloutSpec | Mapping[str, Any]) -> tuple[PluginManager, RolloutSpec]:
+    """The plugins of a spec loaded by entry point in this process, and the spec typed: the
+    data of another process decoded (:meth:`RolloutSpec.from_data`), a spec of this one as
+    it is."""
+    if isinstance(spec, RolloutSpec):
+        manager = PluginManager()
+        manager.load_for_run(spec.plugins())
+        return manager, spec
+    return RolloutSpec.from_data(spec)
 
 
 class RolloutWorker:
@@ -55,10 +90,13 @@ class RolloutWorker:
     sends task indices, never tasks.
     """
 
-    def __init__(self, spec: RolloutSpec, index: int) -> None:
+    def __init__(self, spec: RolloutSpec | Mapping[str, Any], index: int) -> None:
+        """``spec``: a RolloutSpec in this process, its :meth:`~RolloutSpec.to_data` from
+        another (a Ray actor's arguments, an env server's session)."""
         from transformers import AutoTokenizer
 
-        manager, config = load_run(spec)
+        manager, spec = load_run(spec)
+        config = spec.config
 
         def options(kind: str, name: str) -> Any:
             return config.options_for(manager.get(kind, name), manager.owner(kind, name).name)
@@ -214,16 +252,16 @@ class RolloutPool:
     def __init__(self, spec: RolloutSpec, count: int) -> None:
         import ray
 
-        resources = worker_resources(spec.config.get("rollout_resources", ()))
+        resources = worker_resources(spec.config.rollout_resources)
         remote = ray.remote(num_cpus=0, max_concurrency=64, resources=resources or None)(
             RolloutWorker)
         # an isolated plugin's workers run on its venv's interpreter (docs/isolation.md)
         self._remote = (remote.options(runtime_env={"py_executable": spec.python})
                         if spec.python else remote)
-        self.spec = spec
-        self.workers = [self._remote.remote(spec, i) for i in range(count)]
+        self.spec, self._data = spec, spec.to_data()  # what each worker decodes
+        self.workers = [self._remote.remote(self._data, i) for i in range(count)]
         self.config = spec.config
-        self.group_size = int(spec.config["group_size"])
+        self.group_size = spec.config.group_size
         #: closing: a worker lost now is not started again
         self.closing = False
         ray.get([w.__ray_ready__.remote() for w in self.workers])
@@ -233,7 +271,7 @@ class RolloutPool:
         import ray
 
         ray.kill(self.workers[index])
-        self.workers[index] = self._remote.remote(self.spec, index)
+        self.workers[index] = self._remote.remote(self._data, index)
         ray.get(self.workers[index].__ray_ready__.remote())
 
     def num_tasks(self, split: str) -> int:
@@ -253,7 +291,7 @@ class RolloutPool:
     def evaluate(self, tasks: list[int], seeds: list[int | None],
                  ) -> tuple[list[Sample], list[bool], dict[str, float]]:
         """:meth:`RolloutWorker.evaluate` of eval task indices, dealt among the workers."""
-        return self._deal("evaluate", "eval", int(self.config["eval_samples"]), tasks, seeds)
+        return self._deal("evaluate", "eval", self.config.eval_samples, tasks, seeds)
 
     def _deal(self, method: str, split: str, group_size: int, tasks: list[int],
               seeds: list[int | None] | None, extra: tuple[Any, ...] = (),

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rollyard.config import ConfigView, RunConfig
+from rollyard.configurable import options_prefix
 from rollyard.errors import (
     EngineAborted,
     PluginError,
@@ -29,8 +30,7 @@ from rollyard.errors import (
     TransportError,
 )
 from rollyard.interfaces import RewardContext, Rollout, RolloutContext
-from rollyard.options import build_options, options_data
-from rollyard.plugin_options import options_prefix
+from rollyard.options import LegacyOptions, build_options
 from rollyard.plugins import PluginManager, PluginWarning
 from rollyard.rewards import RewardSet
 from rollyard.run.collect import checked
@@ -168,7 +168,8 @@ def check_rollout(rollout_cls: type[Rollout], *, options: Any = None,
     sample validity, default rewards, and aborts/transport errors becoming samples.
 
     ``options`` are what the rollout finds in ``context.options`` (an instance of its
-    ``Options`` class, default when None; a dict for ``add_options`` plugins); ``config``
+    ``Options`` class, default when None, or a dict of values that is decoded into one; for
+    ``add_options`` plugins their generated options instance, or a dict); ``config``
     overrides core options of the run config (``{"seed": 3}``). Default rewards are looked up
     in ``manager`` first, then among the installed plugins.
     """
@@ -184,14 +185,14 @@ def check_rollout(rollout_cls: type[Rollout], *, options: Any = None,
 
 
 def _with(cls: type, options: Any, overrides: Mapping[str, Any] | None) -> Any:
-    """The options of ``cls`` with ``overrides`` (by option name) applied and checked, typed
-    or dict alike."""
+    """The options of ``cls`` with ``overrides`` (by option name) applied and checked by the
+    decoder of its options (typed, or the generated class of ``add_options`` ones); a plain
+    dict (a test's) is merged."""
     if not overrides:
         return options
-    if isinstance(options, Mapping):
+    if isinstance(options, Mapping) and not isinstance(options, LegacyOptions):
         return {**options, **overrides}
-    return build_options(type(options), options_prefix(cls),
-                         {**options_data(options), **overrides})
+    return build_options(type(options), options_prefix(cls), overrides, base=options)
 
 
 def _check_options(report: ConformanceReport, manager: PluginManager, label: str,
@@ -316,10 +317,9 @@ class _RolloutChecker:
         # logprobs that vary along a reply, so a sample that does not copy them shows
         transport = ScriptedTransport(self.replies, tokenizer=self.tokenizer,
                                       logprob=lambda i: -0.5 - 0.125 * (i % 4))
-        options = dict(self.options) if isinstance(self.options, Mapping) else self.options
-        context = RolloutContext(
+        context = RolloutContext(  # a plain dict of options is copied, decoded ones kept
             config=ConfigView(self.config), tokenizer=self.tokenizer, transport=transport,
-            options=options, rng=random.Random(self.config.seed),
+            options=self.options, rng=random.Random(self.config.seed),
             sampling=run_sampling(self.config))
         try:
             return self.cls(context), transport

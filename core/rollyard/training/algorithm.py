@@ -16,13 +16,14 @@ detached: no second forward is needed.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from rollyard.algorithms import Algorithm, PolicyLossInput, StepInfo
-from rollyard.errors import ConfigError
+from rollyard.configurable import options_prefix
+from rollyard.options import build_options, field_specs
 
 if TYPE_CHECKING:
     from rollyard.plugins import PluginManager, PluginRecord
@@ -45,23 +46,18 @@ def token_logprobs(logits: torch.Tensor, targets: torch.Tensor,
 
 
 def algorithm_options(cls: type[Algorithm], config: TrainConfig) -> Any:
-    """``cls.Options`` built from ``config.algorithm_options``; ConfigError naming the option.
+    """``cls.Options`` decoded from the plain data ``config.algorithm_options`` by the one
+    decoder of plugin options (:func:`rollyard.options.build_options`: every value checked as
+    a flag or run.toml value would be); ConfigError naming the algorithm and the option.
 
     ``config.clip_eps`` (the pre-plugin ``--clip-eps``) fills a ``clip_eps`` option the
     dictionary leaves out.
     """
     values = dict(config.algorithm_options)
-    known = {f.name for f in fields(cls.Options)}
-    if config.clip_eps is not None and "clip_eps" in known:
+    if config.clip_eps is not None and "clip_eps" in field_specs(cls.Options, cls.name):
         values.setdefault("clip_eps", config.clip_eps)
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ConfigError(f"algorithm {cls.name!r} has no option(s) {', '.join(unknown)}; "
-                          f"its options are: {', '.join(sorted(known)) or 'none'}")
-    try:
-        return cls.Options(**values)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"algorithm {cls.name!r}: {exc}") from None
+    return build_options(cls.Options, options_prefix(cls), values,
+                         source=f"algorithm {cls.name!r}")
 
 
 def load_algorithm(config: TrainConfig, manager: PluginManager | None = None,

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rollyard import Algorithm, Sample
@@ -44,6 +44,7 @@ from rollyard.algorithms import (
     group_centred,
     ppo_clip,
 )
+from rollyard.options import option
 
 if TYPE_CHECKING:
     import torch
@@ -51,24 +52,23 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class DAPOOptions:
-    clip_low: float = field(default=0.2, metadata={
-        "help": "the ratio is clipped below at 1 - clip_low"})
-    clip_high: float = field(default=0.28, metadata={
-        "help": "the ratio is clipped above at 1 + clip_high (clip-higher)"})
-    dynamic_sampling: bool = field(default=True, metadata={
-        "help": "drop groups whose rewards are all equal (the run draws more)"})
-    overlong_buffer: int | None = field(default=0, metadata={
-        "help": "tokens before max-new-tokens where the soft length penalty starts (0: off). "
+    clip_low: float = option(0.2, help="the ratio is clipped below at 1 - clip_low")
+    clip_high: float = option(0.28, help="the ratio is clipped above at 1 + clip_high "
+                                         "(clip-higher)")
+    dynamic_sampling: bool = option(True, help="drop groups whose rewards are all equal (the "
+                                               "run draws more)")
+    overlong_buffer: int | None = option(
+        0, help="tokens before max-new-tokens where the soft length penalty starts (0: off). "
                 "A length prior: it teaches a model to stop when its answers are far shorter "
-                "than the budget, and costs reward when they are not"})
-    overlong_penalty: float = field(default=1.0, metadata={
-        "help": "the length penalty at max-new-tokens (reward units)"})
-    kl_cov_ratio: float = field(default=0.0, metadata={
-        "help": "KL-Cov: the share of each forward pass's trained tokens, those with the "
-                "largest covariance of logprob and advantage, held to the sampling policy by "
-                "a KL penalty instead of the clip (0: off)"})
-    kl_cov_coef: float = field(default=1.0, metadata={
-        "help": "KL-Cov: the weight of that penalty, |logprob - old logprob|"})
+                "than the budget, and costs reward when they are not")
+    overlong_penalty: float = option(1.0, help="the length penalty at max-new-tokens (reward "
+                                               "units)")
+    kl_cov_ratio: float = option(
+        0.0, help="KL-Cov: the share of each forward pass's trained tokens, those with the "
+                  "largest covariance of logprob and advantage, held to the sampling policy "
+                  "by a KL penalty instead of the clip (0: off)")
+    kl_cov_coef: float = option(1.0, help="KL-Cov: the weight of that penalty, |logprob - old "
+                                          "logprob|")
 
     def __post_init__(self) -> None:
         check_clip_range(self)

@@ -12,16 +12,17 @@ and the step loss is the mean of ``loss_t`` over every trained token of the step
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from rollyard import Sample
 from rollyard.algorithms import ClipOptions, PPOClipAlgorithm, StepInfo, group_centred
+from rollyard.options import option
 
 
 @dataclass(frozen=True)
 class GRPOOptions(ClipOptions):
-    scale_by_std: bool = field(default=True, metadata={
-        "help": "divide each group's centred rewards by their standard deviation"})
+    scale_by_std: bool = option(True, help="divide each group's centred rewards by their "
+                                           "standard deviation")
 
 
 class GRPO(PPOClipAlgorithm):

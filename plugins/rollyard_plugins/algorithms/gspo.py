@@ -14,7 +14,7 @@ The clip ranges are small (paper: 3e-4 and 4e-4) because ``s_i`` is a geometric 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from rollyard import Algorithm, Sample
 from rollyard.algorithms import (
@@ -25,14 +25,14 @@ from rollyard.algorithms import (
     group_centred,
     ppo_clip,
 )
+from rollyard.options import option
 
 
 @dataclass(frozen=True)
 class GSPOOptions:
-    clip_low: float = field(default=3e-4, metadata={
-        "help": "the sequence ratio is clipped below at 1 - clip_low"})
-    clip_high: float = field(default=4e-4, metadata={
-        "help": "the sequence ratio is clipped above at 1 + clip_high"})
+    clip_low: float = option(3e-4, help="the sequence ratio is clipped below at 1 - clip_low")
+    clip_high: float = option(4e-4, help="the sequence ratio is clipped above at 1 + "
+                                         "clip_high")
 
     def __post_init__(self) -> None:
         check_clip_range(self)

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 from rollyard import Command, ConfigError
 from rollyard.bearer import read_token
-from rollyard.options import add_spec_arguments, construct_options, option_specs
+from rollyard.options import add_spec_arguments, option_specs, options_from_args
 
 from rollyard_plugins.embedded_engine.options import SERVER_OPTIONS, EmbeddedOptions
 
@@ -38,8 +38,7 @@ def serve_from_args(args: SimpleNamespace) -> int:
               "`rollyard init-model DIR`", file=sys.stderr)
         return 2
     try:
-        options = construct_options(EmbeddedOptions, "embedded",
-                                    {name: getattr(args, name) for name in SERVER_OPTIONS})
+        options = options_from_args(EmbeddedOptions, args, SERVER_OPTIONS)
         api_key = read_token(options.api_key_file, "--api-key-file")
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rollyard import Sample, hookimpl
-from rollyard.options import build_options, non_negative, option
+from rollyard.options import non_negative, option
 
 #: Longest prompt or response text shown in a sample table cell.
 CELL_CHARS = 300
@@ -51,8 +51,8 @@ class TensorBoardLogger:
 
     @hookimpl
     def on_run_start(self, config, run_dir, resumed_step):
-        self.options = build_options(TensorBoardOptions, self.name,
-                                     config.get(self.name, {}), "config")
+        # decoded by the core with the run's config (a typed view)
+        self.options = config.plugin_options.get(self.name, TensorBoardOptions())
         if not self.options.enabled:
             return
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
