@@ -163,7 +163,7 @@ class RolloutContext:
     #: before rewards moved out of the context still work; the core applies rewards.
     rewards: Any = field(default=None, repr=False)
     #: The rollout's own options: an instance of its ``Options`` class (when it declares none,
-    #: the generated dataclass of its plugin's ``add_options`` options, also a read-only dict).
+    #: the generated dataclass of its plugin's ``add_options`` options, also a dict).
     options: Any = None
     #: Seeded from the run's seed and the rollout worker's index; for randomness in episodes.
     rng: random.Random = field(default_factory=lambda: random.Random(0))
@@ -271,7 +271,7 @@ class RewardContext:
     #: The model's tokenizer.
     tokenizer: Tokenizer
     #: The reward's own options: an instance of its ``Options`` class (when it declares none,
-    #: the generated dataclass of its plugin's ``add_options`` options, also a read-only dict).
+    #: the generated dataclass of its plugin's ``add_options`` options, also a dict).
     options: Any = None
 
     def __post_init__(self) -> None:

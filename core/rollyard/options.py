@@ -31,6 +31,7 @@ import math
 import re
 import types
 import typing
+import warnings
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Union
@@ -435,12 +436,14 @@ class ReadOnlyDict(dict):
     clear = pop = popitem = setdefault = update = _refuse  # type: ignore[assignment]
 
 
-class LegacyOptions(ReadOnlyDict):
+class LegacyOptions(dict):
     """The base of the frozen dataclass generated for a plugin's ``add_options`` options
     (:func:`legacy_options_class`): one field per option, read as attributes
     (``options.count``), and still the ``dict`` such plugins received before
     (``options["count"]``, ``options.get("count")``, ``dict(options)``, ``json.dumps``).
-    Neither the fields nor the dict can change.
+    The fields cannot change; each class receives its own instance, and a change to its dict
+    (which old plugins could make to the copy they received) is applied to that dict alone,
+    with a DeprecationWarning.
     """
 
     #: The options of the table by name (the flag without ``--<plugin>-``, dashes as ``_``).
@@ -453,24 +456,41 @@ class LegacyOptions(ReadOnlyDict):
     def __post_init__(self) -> None:
         dict.update(self, self.values_by_name())
 
-    @property
-    def read_only(self) -> str:  # type: ignore[override]
-        return f"the options of plugin {self.plugin!r} are read-only"
+    def __copy__(self) -> LegacyOptions:
+        return dataclasses.replace(self)  # type: ignore[type-var]
 
     def values_by_name(self) -> dict[str, Any]:
         """The values as a new dict by option name (the run.toml table)."""
         return {key: getattr(self, name) for key, name in self.field_names.items()}
 
     def copy(self) -> dict[str, Any]:  # type: ignore[override]
-        """The values as a new, plain dict."""
-        return self.values_by_name()
+        """The dict as a new, plain dict."""
+        return dict(self)
 
     def __repr__(self) -> str:  # as the dict was shown, in messages that quote options
-        return repr(self.values_by_name())
+        return repr(dict(self))
 
     def __reduce__(self) -> tuple[Any, ...]:
         # the class is made at run time and cannot be imported: pickles as its dict
-        return (dict, (self.values_by_name(),))
+        return (dict, (dict(self),))
+
+
+def _changing_the_dict(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A dict method of :class:`LegacyOptions` that warns before it changes the dict."""
+
+    @functools.wraps(method)
+    def warned(self: LegacyOptions, *args: Any, **kwargs: Any) -> Any:
+        warnings.warn(f"changing the options of plugin {self.plugin!r} through their dict "
+                      "changes that dict only, not the decoded options; copy them with "
+                      "dict(options) instead", DeprecationWarning, stacklevel=2)
+        return method(self, *args, **kwargs)
+
+    return warned
+
+
+for _name in ("__setitem__", "__delitem__", "__ior__", "clear", "pop", "popitem",
+              "setdefault", "update"):
+    setattr(LegacyOptions, _name, _changing_the_dict(getattr(dict, _name)))
 
 
 def legacy_options_class(plugin: str, declared: Sequence[LegacyOption]) -> type[LegacyOptions]:

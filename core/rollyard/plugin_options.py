@@ -4,6 +4,7 @@ loaded plugins by :meth:`rollyard.plugins.PluginManager.option_tables`."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -121,4 +122,6 @@ def options_for(cls: type, plugin: str, values: Mapping[str, Any]) -> Any:
         table = values.get(prefix)
         return table if table is not None else build_options(cls.Options, prefix, {})
     table = values.get(plugin)  # the plugin's table: add_options values, or typed options
-    return table if table is not None else legacy_options_class(plugin, [])()
+    if table is None:
+        return legacy_options_class(plugin, [])()
+    return copy.copy(table) if isinstance(table, LegacyOptions) else table  # one per class
