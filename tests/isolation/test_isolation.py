@@ -173,7 +173,7 @@ def test_the_clashing_plugin_trains_in_isolation_beside_a_shared_one_and_survive
     assert [m["samples/failed_rate"] for m in metrics] == [4 / 12, 0.0]
     failed = [s for s in samples if s["status"] == "failed"]
     assert len(failed) == 4 and all(s["step"] == 1 and s["env"] == "clash" for s in failed)
-    assert all("rollout worker failed" in s["metadata"]["failure"] for s in failed)
+    assert all("rollout worker failed" in s["failure"] for s in failed)
     ran = [s for s in samples if s["status"] != "failed"]
     assert sorted(s["env"] for s in ran) == ["clash"] * 12 + ["toy"] * 8
     # the clash workers' own openai, while the core (and the toy workers) keep theirs
