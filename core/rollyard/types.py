@@ -139,12 +139,13 @@ class Sample:
 
     @classmethod
     def lost(cls, task_id: str, group_id: str, status: SampleStatus, reason: str,
-             prompt_ids: list[int] | None = None) -> Sample:
+             prompt_ids: list[int] | None = None, completion: str | None = None) -> Sample:
         """A sample standing for an episode that produced nothing usable, lost for
-        ``reason``."""
+        ``reason``; ``completion`` is the text it decoded, if the rollout records one."""
         prompt = list(prompt_ids or [])
         return cls(tokens=prompt, prompt_len=len(prompt), loss_mask=[], logprobs=[],
-                   status=status, task_id=task_id, group_id=group_id, failure=reason)
+                   status=status, task_id=task_id, group_id=group_id, failure=reason,
+                   completion=completion)
 
     def fail(self, reason: str, status: SampleStatus = SampleStatus.FAILED) -> None:
         """Mark the sample lost for ``reason``: no reward, not trained on."""

@@ -303,10 +303,7 @@ class VerifiersRollout(Rollout):
 
 
 def _failed(task_id: str, group_id: str, reason: str) -> Sample:
-    sample = Sample.lost(task_id, group_id, SampleStatus.FAILED, reason)
-    sample.completion = ""
-    sample.sync_marks()
-    return sample
+    return Sample.lost(task_id, group_id, SampleStatus.FAILED, reason, completion="")
 
 
 def _prompt(data: Any) -> list[dict[str, Any]] | str:

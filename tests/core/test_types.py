@@ -163,6 +163,9 @@ def test_the_marks_are_fields_copied_under_their_metadata_keys_for_old_plugins()
     sample.fail("rescored badly")
     assert (sample.status, sample.reward, sample.metadata["failure"]) == (
         SampleStatus.FAILED, 0.0, "rescored badly")
+    lost = Sample.lost("t", "g", SampleStatus.ABORTED, "engine gone", [1, 2], completion="")
+    assert marks(lost) == (SampleStatus.ABORTED, "engine gone", "", None)
+    assert lost.metadata == {"failure": "engine gone", "completion": ""}
 
 
 @pytest.mark.parametrize(("name", "value"), [("failure", 3), ("completion", ["hi"]),

@@ -54,10 +54,7 @@ def lost_sample(task: Task, group_id: str, error: BaseException, prompt_ids: lis
     """The sample of an episode lost to ``error``: ``aborted`` for an engine abort, else
     ``failed``; ``where`` (``turn 2: ``) prefixes the reason."""
     status = SampleStatus.ABORTED if isinstance(error, EngineAborted) else SampleStatus.FAILED
-    lost = Sample.lost(task.id, group_id, status, f"{where}{error}", prompt_ids)
-    lost.completion = ""
-    lost.sync_marks()
-    return lost
+    return Sample.lost(task.id, group_id, status, f"{where}{error}", prompt_ids, completion="")
 
 
 async def sample_single_turn(context: RolloutContext, task: Task, n: int) -> list[Sample]:
