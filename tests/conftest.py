@@ -77,6 +77,10 @@ class HookCallRecorder:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if config.pluginmanager.hasplugin("xdist"):
+        import xdist_crashes  # tests/ is on sys.path: this conftest's folder
+
+        config.pluginmanager.register(xdist_crashes, "rollyard-xdist-crashes")
     path = config.getoption("--record-hook-calls")
     if path:
         recorder = HookCallRecorder(Path(path))
