@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from xdist.scheduler import LoadFileScheduling
 
-#: Tests a worker may hold before it is given more; xdist's remote loop needs two, or a
-#: shutdown, to run the first.
+#: A worker holding fewer tests than this is given another file: xdist's remote loop runs a
+#: test only once it holds the next one too, or its shutdown.
 MIN_PENDING = 3
 
 
