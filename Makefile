@@ -31,7 +31,8 @@ demo-real: install
 # Two worker processes, each taking whole test files (module fixtures run once): most of a
 # test's time is spent waiting on the processes it starts, so two overlap well on two cores.
 # TEST_WORKERS=0 runs the suite in one process. A worker that dies is replaced and its test
-# run once more (tests/xdist_crashes.py: pytest-xdist 3.8's file scheduling would hang).
+# run once more (tests/xdist_crashes.py: pytest-xdist 3.8's file scheduling would hang); a test
+# frozen in native code past its timeout ends its worker with all stacks (tests/frozen_tests.py).
 TEST_WORKERS ?= 2
 test: install lint
 	$(PY) -m pytest -q tests -m "not vf_matrix and not real" --durations=25 \
