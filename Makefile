@@ -33,9 +33,11 @@ demo-real: install
 # TEST_WORKERS=0 runs the suite in one process. A worker that dies is replaced and its test
 # run once more (tests/xdist_crashes.py: pytest-xdist 3.8's file scheduling would hang); a test
 # frozen in native code past its timeout ends its worker with all stacks (tests/frozen_tests.py).
+# --capture=sys leaves file descriptor 2 alone, so what native code writes before it aborts
+# (a C++ "terminate called after ...") reaches the log instead of dying with the worker.
 TEST_WORKERS ?= 2
 test: install lint
-	$(PY) -m pytest -q tests -m "not vf_matrix and not real" --durations=25 \
+	$(PY) -m pytest -q tests -m "not vf_matrix and not real" --durations=25 --capture=sys \
 		$(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 test-fast: install
