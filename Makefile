@@ -32,7 +32,7 @@ demo-real: install
 # test's time is spent waiting on the processes it starts, so two overlap well on two cores.
 # TEST_WORKERS=0 runs the suite in one process. A worker that dies is replaced and its test
 # run once more (tests/xdist_crashes.py: pytest-xdist 3.8's file scheduling would hang); a test
-# frozen in native code past its timeout ends its worker with all stacks (tests/frozen_tests.py).
+# frozen in native code ends its worker with all stacks (faulthandler_timeout, pyproject.toml).
 # --capture=sys leaves file descriptor 2 alone, so what native code writes before it aborts
 # (a C++ "terminate called after ...") reaches the log instead of dying with the worker.
 TEST_WORKERS ?= 2

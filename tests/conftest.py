@@ -77,9 +77,6 @@ class HookCallRecorder:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    import frozen_tests  # tests/ is on sys.path: this conftest's folder
-
-    config.pluginmanager.register(frozen_tests, "rollyard-frozen-tests")
     if config.pluginmanager.hasplugin("xdist"):
         import xdist_crashes  # tests/ is on sys.path: this conftest's folder
 
